@@ -1,0 +1,61 @@
+"""The `flotilla` command: a thin dispatch into the packages.
+
+Each subcommand lives in its own module exposing ``HELP``, ``add_arguments(parser)`` and
+``run(args) -> int``. Modules are imported only when their subcommand runs, so
+``flotilla plan`` never pays for aiohttp and ``flotilla proxy`` never pays for matplotlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# subcommand -> module implementing it
+COMMANDS: dict[str, str] = {
+    "plan": "flotilla.plan",
+    "proxy": "flotilla.proxy_cmd",
+    "loadgen": "flotilla.loadgen_cmd",
+    "sim": "flotilla.sim_cmd",
+    "up": "flotilla.up_cmd",
+}
+
+
+def _available() -> dict[str, object]:
+    mods = {}
+    for name, module in COMMANDS.items():
+        try:
+            mods[name] = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:  # a real missing dependency, not an unbuilt subcommand
+                raise
+    return mods
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flotilla",
+        description="Router, autoscaler, capacity planner, load generator and simulator for LLM engine fleets.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, mod in _available().items():
+        p = sub.add_parser(name, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `flotilla plan ... | head` must not print a traceback
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

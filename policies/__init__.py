@@ -1,0 +1,1 @@
+"""Pure decision code: routing policies and scaling policies."""

@@ -1,0 +1,15 @@
+"""Shared test helpers. Tests mirror the package tree: tests/<package>/test_<module>.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return REPO
