@@ -1,0 +1,210 @@
+"""GPU, link and model catalogue: the hardware and model figures every perf calculation starts from.
+
+The entries live in ``catalogue.yaml`` beside this module; users add or override entries by name
+with extra YAML files of the same layout (``--catalogue FILE``).
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from os import PathLike
+from typing import Any
+
+import yaml
+
+
+class CatalogueError(ValueError):
+    """An unknown name or a malformed catalogue entry."""
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One accelerator (or the host CPU, for llama.cpp layers left off the GPU)."""
+
+    name: str
+    """Short name used by flags (h100, h200, ...)."""
+    memory_gb: float
+    """Device memory, decimal GB (1e9 bytes)."""
+    bandwidth_tbs: float
+    """Memory bandwidth, TB/s (1e12 bytes per second)."""
+    bf16_tflops: float
+    """Dense BF16 tensor throughput, TFLOP/s (no sparsity)."""
+    nvlink_gbps: float = 0.0
+    """NVLink bandwidth per direction, GB/s; 0 when the device has none."""
+    source: str = ""
+    """Where the figures come from."""
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gb * 1e9
+
+    @property
+    def bandwidth_bytes_s(self) -> float:
+        return self.bandwidth_tbs * 1e12
+
+    @property
+    def flops_s(self) -> float:
+        return self.bf16_tflops * 1e12
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """An interconnect between the GPUs of one engine."""
+
+    name: str
+    """Short name used by flags (nvlink, pcie4, ...)."""
+    gbps_per_direction: float
+    """Bandwidth per direction, GB/s (1e9 bytes per second)."""
+    latency_us: float
+    """Fixed start-up delay of one ring step, microseconds."""
+    source: str = ""
+    """Where the figures come from."""
+
+    @property
+    def bytes_s(self) -> float:
+        return self.gbps_per_direction * 1e9
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * 1e-6
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The shape of a transformer, as its config.json states it."""
+
+    name: str
+    """Catalogue name (llama-3.1-8b, ...) or "custom" for an explicit shape."""
+    params: float
+    """All parameters, including every expert."""
+    active_params: float
+    """Parameters used per token (equal to params for dense models)."""
+    layers: int
+    """Transformer layers (num_hidden_layers)."""
+    hidden: int = 0
+    """Hidden size (width of the residual stream)."""
+    heads: int = 0
+    """Attention query heads."""
+    kv_heads: int = 0
+    """Key/value heads (grouped-query attention)."""
+    head_dim: int = 128
+    """Width of one attention head."""
+    intermediate: int = 0
+    """MLP intermediate size (per expert for MoE models)."""
+    vocab: int = 0
+    """Vocabulary size."""
+    experts: int = 0
+    """Routed experts per MoE layer; 0 for dense models."""
+    top_k: int = 0
+    """Experts each token is routed to."""
+    kv_latent_dim: int = 0
+    """Cached width per token per layer for multi-head latent attention; 0 = ordinary K and V heads."""
+    source: str = ""
+    """Where the shape comes from."""
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 0
+
+    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
+        """KV-cache bytes one token occupies over all layers (K and V, or the MLA latent)."""
+        if self.kv_latent_dim:
+            return self.layers * self.kv_latent_dim * dtype_bytes
+        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+
+    def weight_bytes(self, bits: float = 16) -> float:
+        """Bytes of all weights at ``bits`` per weight."""
+        return self.params * bits / 8
+
+    def active_weight_bytes(self, bits: float = 16) -> float:
+        """Bytes of the weights one token touches (the experts it is routed to, for MoE)."""
+        return self.active_params * bits / 8
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """Named GPUs, links and models."""
+
+    gpus: Mapping[str, GpuSpec] = field(default_factory=dict)
+    """GPU short name -> spec."""
+    links: Mapping[str, LinkSpec] = field(default_factory=dict)
+    """Link short name -> spec."""
+    models: Mapping[str, ModelSpec] = field(default_factory=dict)
+    """Model name -> shape."""
+
+    def gpu(self, name: str) -> GpuSpec:
+        return _lookup(self.gpus, name, "GPU")
+
+    def link(self, name: str) -> LinkSpec:
+        return _lookup(self.links, name, "link")
+
+    def model(self, name: str) -> ModelSpec:
+        return _lookup(self.models, name, "model")
+
+
+def _lookup(table: Mapping[str, Any], name: str, kind: str) -> Any:
+    try:
+        return table[name.lower()]
+    except KeyError:
+        raise CatalogueError(f"unknown {kind} {name!r}; valid names: {', '.join(sorted(table))}") from None
+
+
+def _value(key: str, value: Any) -> Any:
+    # YAML 1.1 reads 8.03e9 (no sign in the exponent) as a string
+    if key == "name":
+        return str(value).lower()
+    if key != "source" and isinstance(value, str):
+        return float(value)
+    return value
+
+
+_SECTIONS = {"gpus": GpuSpec, "links": LinkSpec, "models": ModelSpec}
+
+
+def _entry(cls: type, raw: Any, where: str) -> Any:
+    if not isinstance(raw, dict) or "name" not in raw:
+        raise CatalogueError(f"{where}: every entry needs a 'name'")
+    known = {f.name for f in fields(cls)}
+    unknown = set(raw) - known
+    if unknown:
+        raise CatalogueError(f"{where}: entry {raw['name']!r} has unknown fields {sorted(unknown)}")
+    try:
+        return cls(**{k: _value(k, v) for k, v in raw.items()})
+    except (TypeError, ValueError) as exc:
+        raise CatalogueError(f"{where}: entry {raw['name']!r}: {exc}") from None
+
+
+def parse_catalogue(doc: Mapping[str, Any], where: str, base: Catalogue | None = None) -> Catalogue:
+    """Merge one parsed YAML document onto ``base``; entries with an existing name replace it."""
+    tables = {s: dict(getattr(base, s)) if base else {} for s in _SECTIONS}
+    for section, raw_entries in (doc or {}).items():
+        if section not in _SECTIONS:
+            raise CatalogueError(f"{where}: unknown section {section!r}; valid: {', '.join(_SECTIONS)}")
+        for raw in raw_entries or []:
+            spec = _entry(_SECTIONS[section], raw, f"{where} [{section}]")
+            tables[section][spec.name] = spec
+    return Catalogue(**tables)
+
+
+def load_catalogue(extra: Sequence[str | PathLike[str]] = ()) -> Catalogue:
+    """The built-in catalogue, then each user file in order, later names overriding earlier ones."""
+    text = importlib.resources.files(__package__).joinpath("catalogue.yaml").read_text(encoding="utf-8")
+    cat = parse_catalogue(yaml.safe_load(text), "catalogue.yaml")
+    for path in extra:
+        with open(path, encoding="utf-8") as fh:
+            cat = parse_catalogue(yaml.safe_load(fh), str(path), cat)
+    return cat
+
+
+def model_from_shape(params: float, layers: int, kv_heads: int, head_dim: int = 128,
+                     active_params: float | None = None, name: str = "custom", **shape: int) -> ModelSpec:
+    """A ModelSpec from explicit shape flags (--params --layers --kv-heads --head-dim ...)."""
+    for label, value in (("params", params), ("layers", layers), ("kv_heads", kv_heads), ("head_dim", head_dim)):
+        if value is None or value <= 0:
+            raise CatalogueError(f"explicit model shape: {label} must be positive, got {value}")
+    return ModelSpec(name=name, params=float(params),
+                     active_params=float(active_params if active_params else params),
+                     layers=int(layers), kv_heads=int(kv_heads), head_dim=int(head_dim),
+                     source="explicit shape", **{k: int(v) for k, v in shape.items() if v is not None})
