@@ -1,0 +1,45 @@
+"""The clock-free engine core of the look-alike engines: schedulers, KV cache, tokenizer, generator.
+
+Drivers (the asyncio live driver, the simulator) talk to an `EngineCore` only.
+"""
+
+from fake_engines.core._config import ConfigError, LlamaCppSchedulerConfig, VllmSchedulerConfig
+from fake_engines.core._generator import OutputLengthSampler, next_token_id, token_stream
+from fake_engines.core._llamacpp_scheduler import LlamaCppScheduler
+from fake_engines.core._protocol import EngineCore
+from fake_engines.core._request import (
+    EngineRequest,
+    FinishReason,
+    RequestOutput,
+    RequestRejected,
+    RequestStatus,
+    ScheduledStep,
+    SchedulerStats,
+    SlotState,
+)
+from fake_engines.core._tokenizer import CHARS_PER_TOKEN, VOCAB_SIZE, decode, encode
+from fake_engines.core._vllm_scheduler import VllmScheduler
+
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "VOCAB_SIZE",
+    "ConfigError",
+    "EngineCore",
+    "EngineRequest",
+    "FinishReason",
+    "LlamaCppScheduler",
+    "LlamaCppSchedulerConfig",
+    "OutputLengthSampler",
+    "RequestOutput",
+    "RequestRejected",
+    "RequestStatus",
+    "ScheduledStep",
+    "SchedulerStats",
+    "SlotState",
+    "VllmScheduler",
+    "VllmSchedulerConfig",
+    "decode",
+    "encode",
+    "next_token_id",
+    "token_stream",
+]

@@ -1,0 +1,104 @@
+"""Scheduler configurations: dataclasses with defaults and validation that names the field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class ConfigError(ValueError):
+    """A configuration field holds a value the engine cannot run with."""
+
+    def __init__(self, field: str, value: object, reason: str) -> None:
+        super().__init__(f"{field}={value!r}: {reason}")
+        self.field = field
+        self.value = value
+        self.reason = reason
+
+
+def _require_positive(name: str, value: int) -> None:
+    if value < 1:
+        raise ConfigError(name, value, "must be >= 1")
+
+
+@dataclass
+class VllmSchedulerConfig:
+    """vLLM V1 scheduler and KV-cache settings (the `vllm serve` flags of the same names)."""
+
+    num_gpu_blocks: int
+    """KV blocks on the GPU, from the capacity model or an override; block 0 is vLLM's null block."""
+    max_model_len: int = 8192
+    """Longest prompt + output a request may have, in tokens."""
+    max_num_seqs: int = 256
+    """Most requests running at once."""
+    max_num_batched_tokens: int = 8192
+    """Token budget of one step, prefill chunks and decodes together."""
+    block_size: int = 16
+    """Tokens per KV block."""
+    enable_prefix_caching: bool = True
+    """Reuse full blocks across requests by hash."""
+    max_loras: int = 1
+    """Most distinct LoRA adapters in one step (only when LoRA is used)."""
+    long_prefill_token_threshold: int = 0
+    """Largest prefill chunk per request per step; 0 means no cap beyond the budget."""
+    max_concurrent_batches: int = 1
+    """Steps in flight at once: the pipeline-parallel size."""
+    seed: int = 0
+    """Seeds the generated token ids (with each request id)."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_gpu_blocks", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
+                     "block_size", "max_loras", "max_concurrent_batches"):
+            _require_positive(name, getattr(self, name))
+        if self.num_gpu_blocks < 2:
+            raise ConfigError("num_gpu_blocks", self.num_gpu_blocks, "must be >= 2 (block 0 is reserved)")
+        if self.long_prefill_token_threshold < 0:
+            raise ConfigError("long_prefill_token_threshold", self.long_prefill_token_threshold, "must be >= 0")
+
+
+@dataclass
+class LlamaCppSchedulerConfig:
+    """llama-server slot and batching settings (-c, -np, -b, -ub, --slot-prompt-similarity)."""
+
+    n_ctx: int = 4096
+    """Total KV cells (-c), in tokens."""
+    n_parallel: int = -1
+    """Slots (-np); -1 is auto: 4 slots sharing one unified KV pool."""
+    kv_unified: bool | None = None
+    """One KV pool for all slots; None follows llama-server (unified only when -np is auto)."""
+    n_ctx_train: int | None = None
+    """The model's trained context; caps each slot's context. None means no cap."""
+    slot_prompt_similarity: float = 0.10
+    """Least common-prefix ratio for picking a slot by its cached prompt; 0 disables it."""
+    n_batch: int = 2048
+    """Logical batch size (-b): most tokens in one iteration."""
+    n_ubatch: int = 512
+    """Physical batch size (-ub)."""
+    seed: int = 0
+    """Seeds the generated token ids (with each request id)."""
+
+    def __post_init__(self) -> None:
+        _require_positive("n_ctx", self.n_ctx)
+        _require_positive("n_batch", self.n_batch)
+        _require_positive("n_ubatch", self.n_ubatch)
+        if self.n_parallel == 0 or self.n_parallel < -1:
+            raise ConfigError("n_parallel", self.n_parallel, "must be >= 1, or -1 for auto")
+        if not 0.0 <= self.slot_prompt_similarity <= 1.0:
+            raise ConfigError("slot_prompt_similarity", self.slot_prompt_similarity, "must be in [0, 1]")
+        if self.n_ctx_train is not None:
+            _require_positive("n_ctx_train", self.n_ctx_train)
+
+    @property
+    def num_slots(self) -> int:
+        """Slots actually created: auto (-1) means 4."""
+        return 4 if self.n_parallel == -1 else self.n_parallel
+
+    @property
+    def unified(self) -> bool:
+        """Whether all slots share one pool of n_ctx cells."""
+        return self.n_parallel == -1 if self.kv_unified is None else self.kv_unified
+
+    @property
+    def slot_n_ctx(self) -> int:
+        """Context of one slot: the whole pool when unified, else an equal share; capped by training."""
+        n_ctx = self.n_ctx if self.unified else self.n_ctx // self.num_slots
+        return min(n_ctx, self.n_ctx_train) if self.n_ctx_train else n_ctx
