@@ -1,0 +1,101 @@
+"""LoRA adapter memory: adapter size per rank, vLLM's reserved adapter buffers, merged vs shared.
+
+A LoRA adapter adds A (r x in) and B (out x r) to each adapted module, r x (in + out) parameters.
+vLLM allocates its GPU adapter buffers for ``--max-loras`` adapters at ``--max-lora-rank``
+(``create_lora_weights`` in vllm/lora/layers/base_linear.py): the reservation follows the flags,
+not the adapters loaded, and the KV cache does not get that memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+BF16_BYTES = 2
+"""Bytes per adapter parameter: adapters are served in the model's activation dtype, BF16 here."""
+
+LLAMA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""The seven projection matrices of a Llama-style layer, in PEFT's names."""
+
+
+@dataclass(frozen=True)
+class AdaptedModule:
+    """One linear layer of a transformer layer that an adapter modifies."""
+
+    name: str
+    """PEFT target-module name, e.g. "q_proj"."""
+    in_features: int
+    """Inputs of the linear layer."""
+    out_features: int
+    """Outputs of the linear layer."""
+
+    @property
+    def params_per_rank(self) -> int:
+        """Adapter parameters per unit of rank: in + out."""
+        return self.in_features + self.out_features
+
+
+@dataclass(frozen=True)
+class LoraShape:
+    """The adapted modules of one layer and the number of layers."""
+
+    modules: tuple[AdaptedModule, ...]
+    """Adapted modules of one transformer layer."""
+    layers: int
+    """Transformer layers, each adapted the same way."""
+
+    @property
+    def params_per_rank_per_layer(self) -> int:
+        """Adapter parameters per unit of rank in one layer."""
+        return sum(m.params_per_rank for m in self.modules)
+
+    def adapter_params(self, rank: int) -> int:
+        """Parameters of one adapter of this rank over all layers."""
+        return rank * self.params_per_rank_per_layer * self.layers
+
+    def adapter_bytes(self, rank: int, dtype_bytes: int = BF16_BYTES) -> int:
+        """Memory of one adapter of this rank."""
+        return self.adapter_params(rank) * dtype_bytes
+
+
+def llama_modules(hidden: int, intermediate: int, heads: int, kv_heads: int, head_dim: int,
+                  targets: Sequence[str] = LLAMA_MODULES) -> tuple[AdaptedModule, ...]:
+    """The projections of a Llama-shaped layer (grouped-query attention, gated MLP) named in ``targets``."""
+    q_out, kv_out = heads * head_dim, kv_heads * head_dim
+    shapes = {
+        "q_proj": (hidden, q_out), "k_proj": (hidden, kv_out), "v_proj": (hidden, kv_out),
+        "o_proj": (q_out, hidden), "gate_proj": (hidden, intermediate),
+        "up_proj": (hidden, intermediate), "down_proj": (intermediate, hidden),
+    }
+    unknown = [t for t in targets if t not in shapes]
+    if unknown:
+        raise ValueError(f"targets has unknown modules {unknown}; known: {', '.join(LLAMA_MODULES)}")
+    return tuple(AdaptedModule(t, *shapes[t]) for t in targets)
+
+
+def vllm_adapter_buffer_bytes(shape: LoraShape, max_loras: int, max_lora_rank: int,
+                              dtype_bytes: int = BF16_BYTES) -> int:
+    """GPU memory vLLM reserves for adapter weights: max_loras slots, each at max_lora_rank."""
+    if max_loras < 1 or max_lora_rank < 1:
+        raise ValueError(f"max_loras and max_lora_rank must be >= 1, got {max_loras}, {max_lora_rank}")
+    return max_loras * shape.adapter_bytes(max_lora_rank, dtype_bytes)
+
+
+@dataclass(frozen=True)
+class TenantMemory:
+    """Memory to serve many fine-tuned variants of one base model."""
+
+    tenants: int
+    """Fine-tuned variants served."""
+    merged_bytes: float
+    """Each variant merged into its own full copy of the model."""
+    shared_bytes: float
+    """One base model plus one adapter per variant."""
+
+
+def tenant_memory(shape: LoraShape, base_bytes: float, tenants: int, rank: int,
+                  dtype_bytes: int = BF16_BYTES) -> TenantMemory:
+    """Merged models versus one base model shared by per-tenant adapters of ``rank``."""
+    merged = tenants * base_bytes
+    shared = base_bytes + tenants * shape.adapter_bytes(rank, dtype_bytes)
+    return TenantMemory(tenants, merged, shared)

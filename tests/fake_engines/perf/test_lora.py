@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import pytest
+
+from fake_engines.perf.lora import LoraShape, llama_modules, tenant_memory, vllm_adapter_buffer_bytes
+
+BASE_BYTES = 8.03e9 * 2  # Llama 3 8B in BF16, as in the lesson
+
+
+def llama3_8b() -> LoraShape:
+    return LoraShape(llama_modules(hidden=4096, intermediate=14336, heads=32, kv_heads=8, head_dim=128), layers=32)
+
+
+def test_seed_example_15_parameters_per_rank_per_layer() -> None:
+    assert llama3_8b().params_per_rank_per_layer == 81920
+
+
+@pytest.mark.parametrize(("rank", "params", "mb", "percent"), [
+    (8, "20,971,520", "41.9", "0.26"),
+    (16, "41,943,040", "83.9", "0.52"),
+    (64, "167,772,160", "335.5", "2.09"),
+])
+def test_seed_example_15_adapter_sizes(rank: int, params: str, mb: str, percent: str) -> None:
+    shape = llama3_8b()
+    assert f"{shape.adapter_params(rank):,}" == params
+    assert f"{shape.adapter_bytes(rank) / 1e6:.1f}" == mb
+    assert f"{100 * shape.adapter_bytes(rank) / BASE_BYTES:.2f}" == percent
+
+
+def test_seed_example_15_vllm_buffers_follow_the_flags() -> None:
+    assert f"{vllm_adapter_buffer_bytes(llama3_8b(), max_loras=4, max_lora_rank=64) / 1e9:.2f}" == "1.34"
+    assert vllm_adapter_buffer_bytes(llama3_8b(), 1, 8) == llama3_8b().adapter_bytes(8)
+
+
+def test_seed_example_15_merged_versus_shared() -> None:
+    mem = tenant_memory(llama3_8b(), BASE_BYTES, tenants=20, rank=16)
+    assert (f"{mem.merged_bytes / 1e9:.1f}", f"{mem.shared_bytes / 1e9:.1f}") == ("321.2", "17.7")
+
+
+def test_module_shapes_follow_grouped_query_attention() -> None:
+    by_name = {m.name: (m.in_features, m.out_features) for m in llama3_8b().modules}
+    assert by_name["k_proj"] == (4096, 1024)
+    assert by_name["o_proj"] == (4096, 4096)
+    assert by_name["down_proj"] == (14336, 4096)
+
+
+def test_target_subset_counts_only_those_modules() -> None:
+    qv = llama_modules(4096, 14336, 32, 8, 128, targets=("q_proj", "v_proj"))
+    assert LoraShape(qv, 32).params_per_rank_per_layer == 8192 + 5120
+
+
+def test_unknown_target_and_zero_slots_are_rejected() -> None:
+    with pytest.raises(ValueError, match="targets"):
+        llama_modules(4096, 14336, 32, 8, 128, targets=("qkv",))
+    with pytest.raises(ValueError, match="max_loras"):
+        vllm_adapter_buffer_bytes(llama3_8b(), 0, 64)
