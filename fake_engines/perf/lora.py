@@ -17,6 +17,8 @@ BF16_BYTES = 2
 LLAMA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 """The seven projection matrices of a Llama-style layer, in PEFT's names."""
 
+_MLP = ("gate_proj", "up_proj", "down_proj")
+
 
 @dataclass(frozen=True)
 class AdaptedModule:
@@ -28,11 +30,13 @@ class AdaptedModule:
     """Inputs of the linear layer."""
     out_features: int
     """Outputs of the linear layer."""
+    copies: int = 1
+    """Instances per layer adapted separately: the experts of an MoE layer, else 1."""
 
     @property
     def params_per_rank(self) -> int:
-        """Adapter parameters per unit of rank: in + out."""
-        return self.in_features + self.out_features
+        """Adapter parameters per unit of rank: (in + out) for every copy."""
+        return self.copies * (self.in_features + self.out_features)
 
 
 @dataclass(frozen=True)
@@ -59,8 +63,12 @@ class LoraShape:
 
 
 def llama_modules(hidden: int, intermediate: int, heads: int, kv_heads: int, head_dim: int,
-                  targets: Sequence[str] = LLAMA_MODULES) -> tuple[AdaptedModule, ...]:
-    """The projections of a Llama-shaped layer (grouped-query attention, gated MLP) named in ``targets``."""
+                  targets: Sequence[str] = LLAMA_MODULES, experts: int = 0) -> tuple[AdaptedModule, ...]:
+    """The projections of a Llama-shaped layer (grouped-query attention, gated MLP) named in ``targets``.
+
+    With ``experts`` > 0 the MLP projections exist once per expert (``intermediate`` is per
+    expert) and each copy gets its own adapter, as vLLM's MoE LoRA layers hold one per expert.
+    """
     q_out, kv_out = heads * head_dim, kv_heads * head_dim
     shapes = {
         "q_proj": (hidden, q_out), "k_proj": (hidden, kv_out), "v_proj": (hidden, kv_out),
@@ -70,7 +78,8 @@ def llama_modules(hidden: int, intermediate: int, heads: int, kv_heads: int, hea
     unknown = [t for t in targets if t not in shapes]
     if unknown:
         raise ValueError(f"targets has unknown modules {unknown}; known: {', '.join(LLAMA_MODULES)}")
-    return tuple(AdaptedModule(t, *shapes[t]) for t in targets)
+    mlp_copies = max(experts, 1)
+    return tuple(AdaptedModule(t, *shapes[t], mlp_copies if t in _MLP else 1) for t in targets)
 
 
 def vllm_adapter_buffer_bytes(shape: LoraShape, max_loras: int, max_lora_rank: int,

@@ -54,3 +54,10 @@ def test_unknown_target_and_zero_slots_are_rejected() -> None:
         llama_modules(4096, 14336, 32, 8, 128, targets=("qkv",))
     with pytest.raises(ValueError, match="max_loras"):
         vllm_adapter_buffer_bytes(llama3_8b(), 0, 64)
+
+
+def test_moe_layers_adapt_every_expert_mlp_separately() -> None:
+    modules = llama_modules(2048, 768, 32, 4, 128, experts=128)
+    by_name = {m.name: m.params_per_rank for m in modules}
+    assert by_name["gate_proj"] == 128 * (2048 + 768)
+    assert by_name["q_proj"] == 2048 + 4096
