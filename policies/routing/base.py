@@ -85,9 +85,11 @@ class RoutingPolicy:
     """Base class: subclasses set `name`, optionally `Config`, and implement `select`."""
 
     name: ClassVar[str] = ""
+    Config: ClassVar[type | None] = None
+    """Dataclass of the policy's parameters; `Config()` is used when no config is given."""
 
     def __init__(self, config: object | None = None, rng: random.Random | None = None) -> None:
-        self.config = config
+        self.config = config if config is not None or self.Config is None else self.Config()
         self.rng = rng if rng is not None else random.Random(0)
 
     def select(self, backends: Sequence[BackendView], request: RequestInfo) -> Decision | None:
