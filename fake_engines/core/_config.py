@@ -51,6 +51,11 @@ class VllmSchedulerConfig:
             _require_positive(name, getattr(self, name))
         if self.num_gpu_blocks < 2:
             raise ConfigError("num_gpu_blocks", self.num_gpu_blocks, "must be >= 2 (block 0 is reserved)")
+        kv_tokens = (self.num_gpu_blocks - 1) * self.block_size
+        if kv_tokens < self.max_model_len:
+            raise ConfigError("num_gpu_blocks", self.num_gpu_blocks,
+                              f"the model's max seq len ({self.max_model_len}) is larger than the maximum "
+                              f"number of tokens that can be stored in KV cache ({kv_tokens})")
         if self.long_prefill_token_threshold < 0:
             raise ConfigError("long_prefill_token_threshold", self.long_prefill_token_threshold, "must be >= 0")
 

@@ -1,9 +1,31 @@
-"""llama-server slots: a deferred FIFO, slot choice by prompt similarity or LRU, per-slot prompt reuse."""
+"""llama-server slots: a deferred FIFO, slot choice by prompt similarity or LRU, per-slot prompt reuse.
+
+There is no preemption. With a unified KV pool a request leaves the deferred queue only when an
+idle slot exists and its uncached prompt fits the free cells (idle slots' caches are dropped,
+least recently used first, to make room); a generating request that finds no free cell stops with
+finish_reason "length", as llama-server stops a slot that runs out of context.
+"""
 
 from __future__ import annotations
 
+import random
+from collections import deque
+
 from fake_engines.core._config import LlamaCppSchedulerConfig
-from fake_engines.core._request import EngineRequest, RequestOutput, ScheduledStep, SchedulerStats
+from fake_engines.core._generator import token_stream
+from fake_engines.core._progress import advance_request
+from fake_engines.core._request import (
+    EngineRequest,
+    RequestOutput,
+    RequestRejected,
+    RequestStatus,
+    ScheduledStep,
+    SchedulerStats,
+)
+from fake_engines.core._slot import Slot, common_prefix_len, select_slot
+from fake_engines.core._step_builder import StepBuilder, is_decode
+
+_UNSET = object()  # no slot batched yet in this iteration (a LoRA key may itself be None)
 
 
 class LlamaCppScheduler:
@@ -12,27 +34,214 @@ class LlamaCppScheduler:
     def __init__(self, config: LlamaCppSchedulerConfig) -> None:
         self.config = config
         self.max_concurrent_batches = 1
+        self.slots = [Slot(id=i, n_ctx=config.slot_n_ctx) for i in range(config.num_slots)]
+        self.deferred: deque[EngineRequest] = deque()
+        self.requests: dict[str, EngineRequest] = {}
+        self._slot_of: dict[str, Slot] = {}
+        self._streams: dict[str, random.Random] = {}
+        self._in_flight: ScheduledStep | None = None
+        self._out_of_cells: set[str] = set()
+        self._clock = 0
+        self._next_task = 0
+        self._totals = {"queries": 0, "prompt": 0, "cached": 0, "generation": 0, "steps": 0, "aborted": 0,
+                        "busy_slots": 0, "tokens_max": 0}
 
     def add_request(self, request: EngineRequest) -> None:
         """Queue a request; RequestRejected when the prompt does not fit a slot's context."""
-        raise NotImplementedError
+        n_ctx = self.config.slot_n_ctx
+        if request.num_prompt_tokens >= n_ctx:
+            raise RequestRejected(
+                f"request ({request.num_prompt_tokens} tokens) exceeds the available context size "
+                f"({n_ctx} tokens), try increasing it", request.num_prompt_tokens, n_ctx)
+        if request.request_id in self.requests:
+            raise ValueError(f"request id {request.request_id!r} is already in the engine")
+        request.status = RequestStatus.WAITING
+        self.requests[request.request_id] = request
+        self._streams[request.request_id] = token_stream(self.config.seed, request.request_id)
+        self.deferred.append(request)
+        self._launch_deferred()
 
     def abort_request(self, request_id: str) -> bool:
         """Drop a request and free its slot now; False when unknown or already finished."""
-        raise NotImplementedError
+        request = self.requests.get(request_id)
+        if request is None:
+            return False
+        request.status = RequestStatus.FINISHED_ABORTED
+        self._totals["aborted"] += 1
+        if request_id in self._slot_of:
+            self._release(request)
+        else:
+            self.deferred.remove(request)
+            self._forget(request)
+        self._launch_deferred()
+        return True
+
+    def _forget(self, request: EngineRequest) -> None:
+        del self.requests[request.request_id]
+        del self._streams[request.request_id]
+
+    def _free_cells(self) -> int:
+        """KV cells of the pool not held by busy slots or idle caches (unified pool only)."""
+        return self.config.n_ctx - sum(s.used_cells for s in self.slots)
+
+    def _make_room(self, cells: int, keep: Slot | None = None) -> bool:
+        """Drop idle slots' caches, least recently used first, until `cells` are free."""
+        if not self.config.unified:
+            return True
+        idle = sorted((s for s in self.slots if not s.is_processing and s is not keep),
+                      key=lambda s: (s.t_last_used, s.id))
+        for slot in idle:
+            if self._free_cells() >= cells:
+                break
+            slot.cache_tokens = []
+        return self._free_cells() >= cells
+
+    def _launch_deferred(self) -> None:
+        """Move deferred requests into idle slots, in FIFO order, while they fit."""
+        while self.deferred:
+            request = self.deferred[0]
+            slot = select_slot(self.slots, request.prompt_token_ids, self.config.slot_prompt_similarity)
+            if slot is None or not self._make_room(self._cells_to_launch(slot, request), keep=slot):
+                return
+            self.deferred.popleft()
+            self._launch(slot, request)
+
+    def _reusable_prefix(self, slot: Slot, request: EngineRequest) -> int:
+        """Prompt tokens the slot can reuse: the common prefix, none after a LoRA change, never all."""
+        if slot.cache_lora != request.lora:
+            return 0
+        lcp = common_prefix_len(slot.cache_tokens, request.prompt_token_ids)
+        return min(lcp, request.num_prompt_tokens - 1)
+
+    def _cells_to_launch(self, slot: Slot, request: EngineRequest) -> int:
+        """Free cells a launch needs: the prompt is reserved whole, the slot's old cache is given up."""
+        return request.num_prompt_tokens - len(slot.cache_tokens)
+
+    def _launch(self, slot: Slot, request: EngineRequest) -> None:
+        n_cache = self._reusable_prefix(slot, request)
+        slot.cache_tokens = []
+        slot.request = request
+        slot.id_task = self._next_task
+        self._next_task += 1
+        slot.last_request_id = request.request_id
+        slot.last_n_prompt_tokens = request.num_prompt_tokens
+        slot.n_prompt_tokens_cache = n_cache
+        request.num_computed_tokens = n_cache
+        request.num_cached_tokens = n_cache
+        request.status = RequestStatus.RUNNING
+        self._slot_of[request.request_id] = slot
+        self._totals["cached"] += n_cache
+        self._totals["queries"] += request.num_prompt_tokens
+
+    def _release(self, request: EngineRequest) -> None:
+        """Free the request's slot; the slot keeps the computed tokens for the next similar prompt."""
+        slot = self._slot_of.pop(request.request_id)
+        slot.cache_tokens = request.all_token_ids[:request.num_computed_tokens]
+        slot.cache_lora = request.lora
+        slot.request = None
+        self._clock += 1
+        slot.t_last_used = self._clock
+        self._forget(request)
 
     def schedule(self) -> ScheduledStep | None:
         """One iteration: a token per generating slot, then prompt chunks, one LoRA configuration only."""
-        raise NotImplementedError
+        if self._in_flight is not None:
+            return None
+        builder = StepBuilder(token_budget=self.config.n_batch)
+        batched_lora = self._schedule_generating(builder)
+        self._schedule_prompts(builder, batched_lora)
+        if not builder.num_scheduled_tokens:
+            return None
+        assert len(builder.lora_adapters) <= 1 and builder.token_budget >= 0
+        self._in_flight = builder.build(self._totals["steps"])
+        return self._in_flight
+
+    def _busy(self) -> list[EngineRequest]:
+        return [s.request for s in self.slots if s.request is not None]
+
+    def _schedule_generating(self, builder: StepBuilder) -> object:
+        """Add one token per generating slot that can batch with the first one; return the batch's LoRA."""
+        batched_lora: object = _UNSET
+        num_decodes = 0
+        for request in self._busy():
+            if not request.output_token_ids or builder.token_budget <= 0:
+                continue
+            if batched_lora is not _UNSET and request.lora != batched_lora:
+                continue
+            batched_lora = request.lora
+            num_decodes += 1
+            if not self._make_room(num_decodes):
+                self._out_of_cells.add(request.request_id)
+            builder.add(request, 1)
+        return batched_lora
+
+    def _schedule_prompts(self, builder: StepBuilder, batched_lora: object) -> None:
+        """Add pending prompt tokens of processing slots, slot order, up to n_batch in all."""
+        for request in self._busy():
+            if request.output_token_ids or builder.token_budget <= 0:
+                continue
+            if batched_lora is not _UNSET and request.lora != batched_lora:
+                continue
+            batched_lora = request.lora
+            remaining = request.num_prompt_tokens - request.num_computed_tokens
+            builder.add(request, min(remaining, builder.token_budget))
 
     def finish_step(self, step: ScheduledStep) -> list[RequestOutput]:
-        """Advance the step's requests, emit tokens, free finished requests."""
-        raise NotImplementedError
+        """Advance the step's requests, emit tokens, free finished requests' slots."""
+        assert step is self._in_flight, "finish_step takes the step schedule() returned last"
+        self._in_flight = None
+        self._totals["steps"] += 1
+        self._totals["busy_slots"] += len(self._busy())
+        outputs = []
+        for request_id, num_new in step.num_scheduled_tokens.items():
+            request = self.requests.get(request_id)
+            if request is None or request.status is not RequestStatus.RUNNING:
+                continue  # aborted while its step was in flight
+            output = self._advance(request, num_new)
+            if output is not None:
+                outputs.append(output)
+        self._out_of_cells.clear()
+        self._launch_deferred()
+        return outputs
+
+    def _advance(self, request: EngineRequest, num_new: int) -> RequestOutput | None:
+        if not is_decode(request, num_new):
+            self._totals["prompt"] += num_new
+        limit = self.config.slot_n_ctx
+        if request.request_id in self._out_of_cells:
+            limit = request.num_tokens + 1  # the pool is full: this token is the last
+        output = advance_request(request, num_new, self._streams[request.request_id], limit)
+        if output is None:
+            return None
+        self._totals["generation"] += 1
+        self._totals["tokens_max"] = max(self._totals["tokens_max"], request.num_tokens)
+        if output.finished:
+            self._release(request)
+        return output
 
     def stats(self) -> SchedulerStats:
-        """Gauges and counters as of now."""
-        raise NotImplementedError
+        """Gauges and counters as of now; `slots` feeds `/slots`."""
+        busy = self._busy()
+        held = sum(s.used_cells for s in self.slots if s.is_processing)
+        return SchedulerStats(
+            num_running=len(busy),
+            num_waiting=len(self.deferred),
+            kv_cache_usage=min(1.0, held / self.config.n_ctx),
+            prefix_cache_queries=self._totals["queries"],
+            prefix_cache_hits=self._totals["cached"],
+            prompt_tokens_total=self._totals["prompt"],
+            prompt_tokens_cached_total=self._totals["cached"],
+            prompt_tokens_computed_total=self._totals["prompt"],
+            generation_tokens_total=self._totals["generation"],
+            num_steps=self._totals["steps"],
+            num_aborted=self._totals["aborted"],
+            running_lora_adapters=tuple(sorted({r.lora for r in busy if r.lora})),
+            waiting_lora_adapters=tuple(sorted({r.lora for r in self.deferred if r.lora})),
+            slots=tuple(s.state() for s in self.slots),
+            n_busy_slots_total=self._totals["busy_slots"],
+            n_tokens_max=self._totals["tokens_max"],
+        )
 
     def has_unfinished_requests(self) -> bool:
-        """True while any request is queued or running."""
-        raise NotImplementedError
+        """True while any request is deferred or in a slot."""
+        return bool(self.requests)

@@ -1,0 +1,127 @@
+"""Paged KV blocks: the free queue (LRU eviction order) and the hash -> cached block map.
+
+Only `KVCacheManager` calls `BlockPool`; only the pool touches `FreeBlockQueue` and `KVCacheBlock`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+
+NONE_HASH = hashlib.sha256(b"flotilla-kv-none-hash").digest()
+"""Parent hash of a sequence's first block. Fixed, so routers can compute the same chain."""
+
+
+def hash_block_tokens(parent_hash: bytes | None, token_ids: tuple[int, ...], lora: str | None) -> bytes:
+    """Chained hash of one full block: sha256 over the parent hash, the block's tokens and the adapter.
+
+    The adapter is part of the key because the same tokens under another LoRA give other KV values."""
+    payload = repr((token_ids, lora)).encode()
+    return hashlib.sha256((parent_hash or NONE_HASH) + payload).digest()
+
+
+@dataclass
+class KVCacheBlock:
+    """One KV block of block_size token slots."""
+
+    block_id: int
+    """Index in the pool, 0 .. num_gpu_blocks - 1; 0 is the null block and never handed out."""
+    ref_cnt: int = 0
+    """Live requests using the block; 0 means it sits in the free queue."""
+    block_hash: bytes | None = None
+    """Hash of the full block's contents, kept after freeing until the block is evicted."""
+
+
+class FreeBlockQueue:
+    """Unreferenced blocks, least recently freed first; removal from the middle is O(1)."""
+
+    def __init__(self, blocks: list[KVCacheBlock]) -> None:
+        self._blocks: OrderedDict[int, KVCacheBlock] = OrderedDict((b.block_id, b) for b in blocks)
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def popleft(self) -> KVCacheBlock:
+        """Take the least recently freed block."""
+        return self._blocks.popitem(last=False)[1]
+
+    def append(self, block: KVCacheBlock) -> None:
+        """Put a just-freed block at the most-recently-used end."""
+        self._blocks[block.block_id] = block
+
+    def remove(self, block: KVCacheBlock) -> None:
+        """Take a cached block out because a request reuses it."""
+        del self._blocks[block.block_id]
+
+    def block_ids(self) -> list[int]:
+        """Block ids in eviction order (next to be evicted first)."""
+        return list(self._blocks)
+
+
+class BlockPool:
+    """All KV blocks of one engine, with prefix-cache bookkeeping."""
+
+    def __init__(self, num_gpu_blocks: int, enable_caching: bool) -> None:
+        self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
+        self.enable_caching = enable_caching
+        # Block 0 is vLLM's null block: it is never free, so usage is out of num_gpu_blocks - 1.
+        self.free_block_queue = FreeBlockQueue(self.blocks[1:])
+        self.cached_block_hash_to_block: dict[bytes, KVCacheBlock] = {}
+
+    @property
+    def num_usable_blocks(self) -> int:
+        """Blocks that can hold tokens (all but the null block)."""
+        return len(self.blocks) - 1
+
+    def get_num_free_blocks(self) -> int:
+        """Blocks no live request references, cached ones included."""
+        return len(self.free_block_queue)
+
+    def get_usage(self) -> float:
+        """Fraction of usable blocks referenced by live requests."""
+        return 1.0 - self.get_num_free_blocks() / self.num_usable_blocks
+
+    def get_cached_block(self, block_hash: bytes) -> KVCacheBlock | None:
+        """The block holding these contents, if still cached."""
+        return self.cached_block_hash_to_block.get(block_hash)
+
+    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
+        """Take blocks from the LRU end, evicting their cached contents; ValueError if too few are free."""
+        if num_blocks > self.get_num_free_blocks():
+            raise ValueError(f"cannot get {num_blocks} free blocks from the pool")
+        taken = []
+        for _ in range(num_blocks):
+            block = self.free_block_queue.popleft()
+            self._evict(block)
+            block.ref_cnt = 1
+            taken.append(block)
+        return taken
+
+    def _evict(self, block: KVCacheBlock) -> None:
+        if block.block_hash is None:
+            return
+        if self.cached_block_hash_to_block.get(block.block_hash) is block:
+            del self.cached_block_hash_to_block[block.block_hash]
+        block.block_hash = None
+
+    def touch(self, blocks: list[KVCacheBlock]) -> None:
+        """Add a reference to cache-hit blocks, taking free ones out of the eviction queue."""
+        for block in blocks:
+            if block.ref_cnt == 0:
+                self.free_block_queue.remove(block)
+            block.ref_cnt += 1
+
+    def cache_full_block(self, block: KVCacheBlock, block_hash: bytes) -> None:
+        """Record a newly full block's hash; the first block with given contents stays the one found."""
+        if not self.enable_caching or block.block_hash is not None:
+            return
+        block.block_hash = block_hash
+        self.cached_block_hash_to_block.setdefault(block_hash, block)
+
+    def free_blocks(self, ordered_blocks: list[KVCacheBlock]) -> None:
+        """Drop one reference from each block; blocks reaching 0 join the free queue in this order."""
+        for block in ordered_blocks:
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                self.free_block_queue.append(block)

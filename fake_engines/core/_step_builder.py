@@ -1,0 +1,76 @@
+"""Collects one step's scheduled work and turns it into a `ScheduledStep` with its `StepBatch`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fake_engines.core._request import EngineRequest, ScheduledStep
+from fake_engines.perf.batch import StepBatch
+
+
+def is_decode(request: EngineRequest, num_new_tokens: int) -> bool:
+    """True when the step computes just the request's last sampled token (one decode)."""
+    return (
+        num_new_tokens == 1
+        and bool(request.output_token_ids)
+        and request.num_computed_tokens == request.num_tokens - 1
+    )
+
+
+@dataclass
+class StepBuilder:
+    """The step being scheduled; schedulers add requests to it in scheduling order."""
+
+    token_budget: int
+    """Tokens still allowed in this step."""
+    num_scheduled_tokens: dict[str, int] = field(default_factory=dict)
+    """request_id -> tokens scheduled, in scheduling order."""
+    new_request_ids: list[str] = field(default_factory=list)
+    """Requests scheduled for the first time."""
+    resumed_request_ids: list[str] = field(default_factory=list)
+    """Preempted requests scheduled again."""
+    preempted_request_ids: list[str] = field(default_factory=list)
+    """Requests preempted while building this step."""
+    lora_adapters: set[str] = field(default_factory=set)
+    """Distinct adapters of the scheduled requests."""
+    prefill_tokens: int = 0
+    """Prompt (or recompute) tokens scheduled."""
+    prefill_attended_tokens: int = 0
+    """Query-key pairs of the prefill chunks (see StepBatch)."""
+    decode_seqs: int = 0
+    """Requests decoding one token."""
+    decode_context_tokens: int = 0
+    """Sum of the decoding requests' context lengths."""
+
+    def add(self, request: EngineRequest, num_new_tokens: int) -> None:
+        """Schedule num_new_tokens of the request, which has num_computed_tokens already computed."""
+        computed = request.num_computed_tokens
+        if is_decode(request, num_new_tokens):
+            self.decode_seqs += 1
+            self.decode_context_tokens += computed + 1
+        else:
+            self.prefill_tokens += num_new_tokens
+            self.prefill_attended_tokens += num_new_tokens * computed + num_new_tokens * (num_new_tokens + 1) // 2
+        self.num_scheduled_tokens[request.request_id] = num_new_tokens
+        self.token_budget -= num_new_tokens
+        if request.lora is not None:
+            self.lora_adapters.add(request.lora)
+
+    def build(self, step_id: int) -> ScheduledStep:
+        """Freeze the collected work into the step message."""
+        batch = StepBatch(
+            prefill_tokens=self.prefill_tokens,
+            prefill_attended_tokens=self.prefill_attended_tokens,
+            decode_seqs=self.decode_seqs,
+            decode_context_tokens=self.decode_context_tokens,
+            lora_adapters=len(self.lora_adapters),
+        )
+        return ScheduledStep(
+            step_id=step_id,
+            num_scheduled_tokens=dict(self.num_scheduled_tokens),
+            batch=batch,
+            new_request_ids=tuple(self.new_request_ids),
+            resumed_request_ids=tuple(self.resumed_request_ids),
+            preempted_request_ids=tuple(self.preempted_request_ids),
+            lora_adapters=frozenset(self.lora_adapters),
+        )
