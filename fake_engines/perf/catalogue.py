@@ -101,6 +101,8 @@ class ModelSpec:
     """Experts each token is routed to."""
     kv_latent_dim: int = 0
     """Cached width per token per layer for multi-head latent attention; 0 = ordinary K and V heads."""
+    tied_embeddings: bool = False
+    """The LM head reuses the embedding table (then the table is read every step)."""
     source: str = ""
     """Where the shape comes from."""
 
@@ -117,6 +119,16 @@ class ModelSpec:
     def weight_bytes(self, bits: float = 16) -> float:
         """Bytes of all weights at ``bits`` per weight."""
         return self.params * bits / 8
+
+    @property
+    def embedding_params(self) -> float:
+        """Parameters of the input embedding table that a step only looks rows up in."""
+        return 0.0 if self.tied_embeddings else float(self.vocab * self.hidden)
+
+    @property
+    def expert_params(self) -> float:
+        """Parameters of all routed experts (three hidden x intermediate matrices each, SwiGLU)."""
+        return float(self.layers * self.experts * 3 * self.hidden * self.intermediate)
 
     def active_weight_bytes(self, bits: float = 16) -> float:
         """Bytes of the weights one token touches (the experts it is routed to, for MoE)."""
