@@ -14,6 +14,7 @@ from fake_engines.perf.coldstart import (
     cold_start_s,
     load_s,
 )
+from fake_engines.perf.rounding import fixed
 
 HELP = "cold start of a new replica (startup + weight load + warm-up) and the requests that pile up"
 DESCRIPTION = """\
@@ -27,8 +28,6 @@ examples:
   flotilla plan coldstart --size-gb 16.1 --startup-s 20 --warmup-s 40 --arrival-rate 5 --replica-rate 2 --cold-starts 70,600
   flotilla plan coldstart --model llama-3.1-70b --bits 8 --source "s3 bucket=0.5"
   flotilla plan coldstart --size-gb 16.1,70.6 --labels "8B BF16,70B FP8" --json"""
-
-HEADER = "source                      model      load s  total cold start s"
 
 
 def float_list(text: str) -> list[float]:
@@ -75,12 +74,20 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"rows": rows, "backlogs": backlogs}, indent=2))
         return 0
-    print(HEADER)
-    for r in rows:
-        print(f"{r['source']:<26}  {r['model']:<8}  {r['load_s']:7.1f}  {r['cold_start_s']:18.1f}")
+    _print_rows(rows)
     for b in backlogs:
-        print(f"cold start {b['cold_start_s']:3.0f} s: {b['requests']:5.0f} requests pile up before new capacity arrives")
+        print(f"cold start {fixed(b['cold_start_s'], 0):>3} s: {fixed(b['requests'], 0):>5} requests pile up "
+              "before new capacity arrives")
     return 0
+
+
+def _print_rows(rows: list[dict]) -> None:
+    # the lesson's column widths, widened when a source or model name is longer
+    sw = max([26] + [len(r["source"]) for r in rows])
+    mw = max([8] + [len(r["model"]) for r in rows])
+    print(f"{'source':<{sw}}  {'model':<{mw}}  {'load s':>7}  {'total cold start s':>18}")
+    for r in rows:
+        print(f"{r['source']:<{sw}}  {r['model']:<{mw}}  {fixed(r['load_s'], 1):>7}  {fixed(r['cold_start_s'], 1):>18}")
 
 
 def _models(args: argparse.Namespace) -> list[tuple[str, float]]:

@@ -80,10 +80,13 @@ def _label(args: argparse.Namespace) -> str:
 
 
 def _print_table(split: LlamaCppSplit, args: argparse.Namespace) -> None:
-    print(f"{_label(args):<22}: {split.describe()}")
+    label = _label(args)
+    width = max(22, len(label))  # the lesson's column width; longer labels push both lines alike
+    print(f"{label:<{width}}: {split.describe()}")
     gpu_layers = split.n_layer - split.cpu_layers
     per_gpu = ", ".join(f"GPU{g} {n}" for g, n in enumerate(split.layers_per_gpu)) or "no GPUs"
-    print(f"{'layers on GPUs':<22}: {gpu_layers} of {split.n_layer} ({100 * split.gpu_layer_fraction:.0f}%); {per_gpu}")
+    share = f"{100 * split.gpu_layer_fraction:.0f}%"
+    print(f"{'layers on GPUs':<{width}}: {gpu_layers} of {split.n_layer} ({share}); {per_gpu}")
 
 
 def _as_json(split: LlamaCppSplit, args: argparse.Namespace) -> dict[str, object]:

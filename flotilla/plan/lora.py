@@ -15,6 +15,7 @@ from fake_engines.perf.lora import (
     tenant_memory,
     vllm_adapter_buffer_bytes,
 )
+from fake_engines.perf.rounding import fixed, percent
 
 HELP = "LoRA adapter memory per rank, vLLM's --max-loras/--max-lora-rank buffers, merged vs shared models"
 DESCRIPTION = """\
@@ -123,11 +124,11 @@ def _report(model: _Model, args: argparse.Namespace) -> dict[str, object]:
 def _print_table(report: dict) -> None:
     print(f"LoRA parameters per rank per layer: {report['params_per_rank_per_layer']}")
     for a in report["adapters"]:
-        print(f"rank {a['rank']:2d}: {a['params']:,} parameters, {a['bytes'] / 1e6:.1f} MB in BF16 "
-              f"({100 * a['share_of_base']:.2f}% of the base model)")
+        print(f"rank {a['rank']:2d}: {a['params']:,} parameters, {fixed(a['bytes'] / 1e6, 1)} MB in BF16 "
+              f"({percent(a['share_of_base'], 2)}% of the base model)")
     print(f"GPU adapter buffers for --max-loras {report['max_loras']} --max-lora-rank {report['max_lora_rank']}: "
-          f"{report['vllm_buffer_bytes'] / 1e9:.2f} GB")
+          f"{fixed(report['vllm_buffer_bytes'] / 1e9, 2)} GB")
     if "tenants" in report:
         t = report["tenants"]
-        print(f"{t['tenants']} fine-tuned variants: {t['merged_bytes'] / 1e9:.1f} GB as merged models, "
-              f"{t['shared_bytes'] / 1e9:.1f} GB as one base plus rank-{t['rank']} adapters")
+        print(f"{t['tenants']} fine-tuned variants: {fixed(t['merged_bytes'] / 1e9, 1)} GB as merged models, "
+              f"{fixed(t['shared_bytes'] / 1e9, 1)} GB as one base plus rank-{t['rank']} adapters")

@@ -24,7 +24,7 @@ examples:
   flotilla plan vllm-layout -tp 2 -dp 4 --enable-expert-parallel --moe
   flotilla plan vllm-layout --model qwen3-30b-a3b -dp 8 --enable-expert-parallel --json"""
 
-HEADER = "model      flags                                 GPUs  engines  per engine  expert layers"
+COLUMNS = "flags                                 GPUs  engines  per engine  expert layers"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,8 +55,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_as_json(layout, label), indent=2))
         return 0
-    print(HEADER)
-    print(f"{label:<9}  {layout.flags():<36}  {layout.gpus:4d}  {layout.engines:7d}  "
+    width = max(9, len(label))  # the lesson's column width; a long model name widens it
+    print(f"{'model':<{width}}  {COLUMNS}")
+    print(f"{label:<{width}}  {layout.flags():<36}  {layout.gpus:4d}  {layout.engines:7d}  "
           f"{layout.world_size:10d}  {layout.expert_layers()}")
     return 0
 

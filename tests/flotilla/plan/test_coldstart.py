@@ -61,3 +61,19 @@ def test_help_says_the_default_rates_are_assumptions(capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit):
         main(["plan", "coldstart", "--help"])
     assert "measure your own" in capsys.readouterr().out
+
+
+def test_long_names_widen_their_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "coldstart", "--size-gb", "70.6", "--labels", "llama-3.1-70b FP8",
+            "--source", "object store in another region=0.5"]
+    assert main(argv) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.index("model") == row.index("llama-3.1-70b FP8")
+    assert header.index("load s") + len("load s") == row.index("141.2") + len("141.2")
+
+
+def test_halves_round_up_as_in_the_lesson_printf(capsys: pytest.CaptureFixture[str]) -> None:
+    # 0.25 s of load and 60.25 s in all: half-to-even would print 0.2 and 60.2
+    assert main(["plan", "coldstart", "--size-gb", "0.25", "--source", "disk=1"]) == 0
+    row = capsys.readouterr().out.splitlines()[1]
+    assert row.split()[-2:] == ["0.3", "60.3"]

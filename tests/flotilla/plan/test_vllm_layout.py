@@ -55,3 +55,11 @@ def test_help_names_the_vllm_flags(capsys: pytest.CaptureFixture[str]) -> None:
         main(["plan", "vllm-layout", "--help"])
     out = capsys.readouterr().out
     assert "-tp TP, --tensor-parallel-size TP" in out and "--enable-expert-parallel" in out
+
+
+def test_long_model_name_widens_the_column_for_header_and_row(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "vllm-layout", "--model", "qwen3-30b-a3b", "-dp", "8"]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.index("flags") == row.index("-tp 1") == len("qwen3-30b-a3b") + 2
+    gpus_at = header.index("GPUs")
+    assert row[gpus_at:gpus_at + 4] == "   8"
