@@ -1,0 +1,1 @@
+"""Edges that run a clock-free engine core against real time and sockets."""

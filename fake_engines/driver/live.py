@@ -1,0 +1,230 @@
+"""The live driver: runs a clock-free engine core against real (optionally scaled) time.
+
+Loop: ask the core for a step, ask the perf model how long it takes, sleep that long times
+`time_scale`, finish the step, hand each request its outputs through an asyncio queue, tell the
+observer (metrics) what happened. With pipeline parallelism up to `max_concurrent_batches`
+steps are in flight, a new one starting every step_time / pp.
+
+Times given to observers are *engine seconds*: real elapsed time divided by `time_scale`, so a
+look-alike run at `--time-scale 0.01` reports the latencies the modelled engine would have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from fake_engines.core import EngineCore, EngineRequest, RequestOutput, ScheduledStep
+from fake_engines.perf.batch import StepBatch
+
+
+@dataclass
+class RequestTimes:
+    """When a request passed each milestone, in engine seconds since the driver started."""
+
+    arrival_s: float
+    """Handed to the driver."""
+    scheduled_s: float | None = None
+    """Start of the first step that computed it (end of queueing)."""
+    first_token_s: float | None = None
+    """End of the step that produced its first token."""
+    last_token_s: float | None = None
+    """End of the step that produced its latest token."""
+    finished_s: float | None = None
+    """End of the step that finished it."""
+
+
+@dataclass
+class RequestHandle:
+    """A submitted request: its outputs arrive on `queue`, its milestones in `times`."""
+
+    request: EngineRequest
+    """The request as given to the core (the core updates its progress fields)."""
+    times: RequestTimes
+    """Milestones, engine seconds."""
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    """RequestOutput items; the last one has finished=True."""
+    aborted: bool = False
+    """True once the request was aborted (client gone)."""
+
+    async def outputs(self) -> AsyncIterator[RequestOutput]:
+        """Outputs in order until the finishing one."""
+        while True:
+            out = await self.queue.get()
+            yield out
+            if out.finished:
+                return
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """One finished step, as observers see it."""
+
+    step: ScheduledStep
+    """What the core scheduled."""
+    outputs: list[RequestOutput]
+    """What it produced."""
+    started_s: float
+    """Engine time the step started."""
+    finished_s: float
+    """Engine time the step finished."""
+    handles: dict[str, RequestHandle]
+    """Handles of the requests with outputs in this step (finished ones included)."""
+    previous_token_s: dict[str, float]
+    """For requests that got a later token: when their previous token came (for inter-token latency)."""
+
+
+class DriverObserver(Protocol):
+    """What the engine surfaces (metrics) hear from the driver."""
+
+    def on_step(self, report: StepReport) -> None:
+        """A step finished; outputs were already delivered."""
+        ...
+
+    def on_abort(self, handle: RequestHandle, now_s: float) -> None:
+        """A request was aborted and its resources freed."""
+        ...
+
+
+class LiveDriver:
+    """Drives one engine core in real time; all engine state changes happen on the event loop."""
+
+    def __init__(self, core: EngineCore, step_time_s: Callable[[StepBatch], float], time_scale: float = 1.0,
+                 observer: DriverObserver | None = None) -> None:
+        if time_scale <= 0:
+            raise ValueError(f"time_scale={time_scale!r}: must be > 0")
+        self.core = core
+        self.step_time_s = step_time_s
+        self.time_scale = time_scale
+        self.observer = observer
+        self.handles: dict[str, RequestHandle] = {}
+        self._t0 = time.monotonic()
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._inflight: list[tuple[float, float, ScheduledStep]] = []
+        self._next_start_s = 0.0
+
+    def now_s(self) -> float:
+        """Engine seconds since the driver was created."""
+        return (time.monotonic() - self._t0) / self.time_scale
+
+    def start(self) -> None:
+        """Start the step loop on the running event loop."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        """Stop the step loop; in-flight steps are dropped."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def drain(self, poll_s: float = 0.01) -> None:
+        """Wait until every submitted request has finished or been aborted."""
+        while self.handles:
+            await asyncio.sleep(poll_s)
+
+    def submit(self, request: EngineRequest) -> RequestHandle:
+        """Queue a request (RequestRejected propagates) and return its handle."""
+        now = self.now_s()
+        request.arrival_s = now
+        self.core.add_request(request)
+        handle = RequestHandle(request, RequestTimes(arrival_s=now))
+        self.handles[request.request_id] = handle
+        self._wakeup.set()
+        return handle
+
+    def abort(self, request_id: str) -> None:
+        """Abort a request now (client gone): the core frees its KV blocks or slot at once."""
+        handle = self.handles.pop(request_id, None)
+        if handle is None:
+            return
+        handle.aborted = True
+        self.core.abort_request(request_id)
+        if self.observer is not None:
+            self.observer.on_abort(handle, self.now_s())
+        self._wakeup.set()
+
+    async def _run(self) -> None:
+        while True:
+            self._launch_steps()
+            if not self._inflight:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            await self._sleep_until(self._next_event_s())
+            self._finish_due_steps()
+
+    def _launch_steps(self) -> None:
+        now = self.now_s()
+        while len(self._inflight) < self.core.max_concurrent_batches and now >= self._next_start_s:
+            step = self.core.schedule()
+            if step is None:
+                return
+            duration_s = self.step_time_s(step.batch)
+            for request_id in (*step.new_request_ids, *step.resumed_request_ids):
+                handle = self.handles.get(request_id)
+                if handle is not None and handle.times.scheduled_s is None:
+                    handle.times.scheduled_s = now
+            self._inflight.append((now + duration_s, now, step))
+            self._next_start_s = now + duration_s / self.core.max_concurrent_batches
+
+    def _next_event_s(self) -> float:
+        earliest_finish = min(finish for finish, _, _ in self._inflight)
+        if len(self._inflight) < self.core.max_concurrent_batches:
+            return min(earliest_finish, max(self._next_start_s, self.now_s()))
+        return earliest_finish
+
+    async def _sleep_until(self, engine_s: float) -> None:
+        delay = max(0.0, (engine_s - self.now_s()) * self.time_scale)
+        self._wakeup.clear()
+        if len(self._inflight) < self.core.max_concurrent_batches:
+            # A new request may start another pipelined batch before the next finish.
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), delay)
+            except TimeoutError:
+                pass
+        else:
+            await asyncio.sleep(delay)
+
+    def _finish_due_steps(self) -> None:
+        now = self.now_s()
+        self._inflight.sort(key=lambda item: item[0])
+        while self._inflight and self._inflight[0][0] <= now + 1e-9:
+            finish_s, start_s, step = self._inflight.pop(0)
+            self._finish(step, start_s, finish_s)
+
+    def _finish(self, step: ScheduledStep, started_s: float, finished_s: float) -> None:
+        outputs = self.core.finish_step(step)
+        touched: dict[str, RequestHandle] = {}
+        previous: dict[str, float] = {}
+        for out in outputs:
+            handle = self.handles.get(out.request_id)
+            if handle is None:
+                continue
+            touched[out.request_id] = handle
+            self._stamp(handle, out, finished_s, previous)
+            handle.queue.put_nowait(out)
+            if out.finished:
+                del self.handles[out.request_id]
+        if self.observer is not None:
+            self.observer.on_step(StepReport(step, outputs, started_s, finished_s, touched, previous))
+
+    @staticmethod
+    def _stamp(handle: RequestHandle, out: RequestOutput, now_s: float, previous: dict[str, float]) -> None:
+        times = handle.times
+        if out.new_token_ids:
+            if times.first_token_s is None:
+                times.first_token_s = now_s
+            elif times.last_token_s is not None:
+                previous[out.request_id] = times.last_token_s
+            times.last_token_s = now_s
+        if out.finished:
+            times.finished_s = now_s

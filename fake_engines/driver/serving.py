@@ -1,0 +1,69 @@
+"""Thin aiohttp edges both look-alikes share: SSE writing, sockets, start-up and SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+
+async def open_sse(request: web.Request, headers: dict[str, str]) -> web.StreamResponse:
+    """Send the status line and headers of an event stream at once (first data comes at TTFT)."""
+    response = web.StreamResponse(status=200, headers=headers)
+    response.enable_chunked_encoding()
+    await response.prepare(request)
+    return response
+
+
+async def send_event(response: web.StreamResponse, payload: dict | str) -> None:
+    """One `data: ...` event; raises ConnectionResetError once the client has gone."""
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=True, separators=(",", ":"))
+    await response.write(f"data: {data}\n\n".encode())
+
+
+def json_body(payload: object, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    """A compact JSON response (the engines send no spaces between tokens)."""
+    text = json.dumps(payload, separators=(",", ":"))
+    return web.Response(text=text, status=status, content_type="application/json", headers=headers)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A bound TCP socket that does not listen yet: connections are refused until `listen`."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.setblocking(False)
+    return sock
+
+
+async def start_on_socket(app: web.Application, sock: socket.socket) -> web.AppRunner:
+    """Serve `app` on a bound socket (aiohttp calls listen); handlers are cancelled when clients leave."""
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    await web.SockSite(runner, sock).start()
+    return runner
+
+
+def install_sigterm(loop: asyncio.AbstractEventLoop, on_term: Callable[[], None]) -> None:
+    """Call `on_term` on SIGTERM or SIGINT."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_term)
+
+
+async def serve_until_stopped(start: Callable[[], Awaitable[web.AppRunner]],
+                              drain: Callable[[], Awaitable[None]]) -> None:
+    """Run a server until SIGTERM, then stop taking requests, drain in-flight ones and exit."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    install_sigterm(loop, stop.set)
+    runner = await start()
+    await stop.wait()
+    for site in list(runner.sites):
+        await site.stop()  # closes the listening socket: new connections are refused
+    await drain()
+    await runner.cleanup()
