@@ -48,6 +48,7 @@ class VllmScheduler:
     def __init__(self, config: VllmSchedulerConfig) -> None:
         self.config = config
         self.max_concurrent_batches = config.max_concurrent_batches
+        self.max_model_len: int = config.max_model_len or 0
         self.kv_cache_manager = KVCacheManager(
             config.num_gpu_blocks, config.block_size, config.enable_prefix_caching)
         self.waiting: deque[EngineRequest] = deque()
@@ -62,7 +63,7 @@ class VllmScheduler:
 
     def add_request(self, request: EngineRequest) -> None:
         """Queue a request; RequestRejected when prompt + max_tokens exceeds max_model_len."""
-        check_context(request, self.config.max_model_len)
+        check_context(request, self.max_model_len)
         if request.request_id in self.requests:
             raise ValueError(f"request id {request.request_id!r} is already in the engine")
         request.status = RequestStatus.WAITING

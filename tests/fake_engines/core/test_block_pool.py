@@ -1,0 +1,66 @@
+from fake_engines.core._block_pool import NONE_HASH, BlockPool, hash_block_tokens
+
+
+def test_block_zero_is_reserved_and_blocks_come_from_the_lru_end():
+    pool = BlockPool(num_gpu_blocks=11, enable_caching=True)
+    assert pool.free_block_queue.block_ids() == list(range(1, 11))
+    assert [b.block_id for b in pool.get_new_blocks(3)] == [1, 2, 3]
+    assert pool.get_num_free_blocks() == 7
+
+
+def test_freed_blocks_join_the_mru_end_in_the_order_given():
+    pool = BlockPool(num_gpu_blocks=11, enable_caching=True)
+    a = pool.get_new_blocks(3)
+    b = pool.get_new_blocks(2)
+    pool.free_blocks(list(reversed(b)))
+    pool.free_blocks(list(reversed(a)))
+    assert pool.free_block_queue.block_ids() == [6, 7, 8, 9, 10, 5, 4, 3, 2, 1]
+
+
+def test_usage_counts_referenced_blocks_only():
+    pool = BlockPool(num_gpu_blocks=11, enable_caching=True)
+    blocks = pool.get_new_blocks(4)
+    assert pool.get_usage() == 0.4
+    pool.cache_full_block(blocks[0], b"h0")
+    pool.free_blocks(blocks)
+    assert pool.get_usage() == 0.0
+    assert pool.get_cached_block(b"h0") is blocks[0]
+
+
+def test_taking_a_cached_free_block_evicts_its_hash():
+    pool = BlockPool(num_gpu_blocks=3, enable_caching=True)
+    first, second = pool.get_new_blocks(2)
+    pool.cache_full_block(first, b"h-first")
+    pool.cache_full_block(second, b"h-second")
+    pool.free_blocks([second, first])
+    (taken,) = pool.get_new_blocks(1)
+    assert taken is second and taken.block_hash is None
+    assert pool.get_cached_block(b"h-second") is None
+    assert pool.get_cached_block(b"h-first") is first
+
+
+def test_touch_takes_a_cache_hit_out_of_the_free_queue():
+    pool = BlockPool(num_gpu_blocks=4, enable_caching=True)
+    blocks = pool.get_new_blocks(3)
+    pool.free_blocks(blocks)
+    pool.touch([blocks[1]])
+    assert blocks[1].ref_cnt == 1
+    assert pool.free_block_queue.block_ids() == [1, 3]
+
+
+def test_asking_for_more_blocks_than_free_is_a_broken_invariant():
+    pool = BlockPool(num_gpu_blocks=4, enable_caching=True)
+    try:
+        pool.get_new_blocks(4)
+    except ValueError as err:
+        assert "4 free blocks" in str(err)
+    else:
+        raise AssertionError("expected ValueError")
+
+
+def test_block_hash_chains_on_parent_and_includes_the_adapter():
+    h0 = hash_block_tokens(None, (1, 2, 3, 4), None)
+    assert h0 == hash_block_tokens(NONE_HASH, (1, 2, 3, 4), None)
+    assert h0 != hash_block_tokens(None, (1, 2, 3, 4), "lora-a")
+    assert hash_block_tokens(h0, (5, 6, 7, 8), None) != hash_block_tokens(None, (5, 6, 7, 8), None)
+    assert len(h0) == 32
