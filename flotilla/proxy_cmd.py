@@ -1,0 +1,110 @@
+"""`flotilla proxy`: the OpenAI-compatible router in front of vLLM and llama-server replicas."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+from pathlib import Path
+
+HELP = "run the OpenAI-compatible streaming router in front of engine replicas"
+DESCRIPTION = """\
+Route OpenAI-style requests over a fleet of vLLM, llama-server or other OpenAI-compatible engines.
+
+  flotilla proxy --backend vllm=http://127.0.0.1:8001 --backend llamacpp=http://127.0.0.1:8002
+  flotilla proxy --config fleet.yaml --policy prefix-aware --port 8000
+
+Serves /v1/completions, /v1/chat/completions, /v1/models (the union over backends), other /v1/*
+paths passed through, /health, /ready, /metrics (flotilla_*), and with --admin-token
+/admin/backends (GET, POST, DELETE). The fleet file is reloaded when it changes.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    parser.add_argument("--policy", default=None,
+                        help="routing policy NAME[:key=value,...] (default least-outstanding)")
+    parser.add_argument("--backend", action="append", default=[], metavar="[FLAVOR=]URL",
+                        help="a backend; FLAVOR is vllm, llamacpp or openai; repeat for more")
+    parser.add_argument("--config", type=Path, help="fleet YAML with backends (and policy); watched")
+    parser.add_argument("--admin-token", default=os.environ.get("FLOTILLA_ADMIN_TOKEN"),
+                        help="bearer token for /admin/*; default $FLOTILLA_ADMIN_TOKEN; unset disables it")
+    parser.add_argument("--scrape-interval-s", type=float, default=0.25)
+    parser.add_argument("--health-interval-s", type=float, default=1.0)
+    parser.add_argument("--connect-timeout-s", type=float, default=5.0)
+    parser.add_argument("--first-byte-timeout-s", type=float, default=300.0)
+    parser.add_argument("--idle-timeout-s", type=float, default=60.0)
+    parser.add_argument("--total-timeout-s", type=float, default=1800.0)
+    parser.add_argument("--max-attempts", type=int, default=3, help="tries per request, the first included")
+    parser.add_argument("--log-level", default="warning")
+
+
+def build_config(args: argparse.Namespace):  # -> ProxyConfig, imported lazily with aiohttp
+    from proxy.config import (
+        BackendSpec,
+        HealthConfig,
+        ProxyConfig,
+        RetryConfig,
+        TimeoutConfig,
+        load_fleet,
+        parse_backend_arg,
+    )
+
+    backends: list[BackendSpec] = [parse_backend_arg(b) for b in args.backend]
+    policy = args.policy
+    if args.config is not None:
+        fleet = load_fleet(args.config)
+        backends += list(fleet.backends)
+        policy = policy or fleet.policy
+    return ProxyConfig(
+        host=args.host, port=args.port, policy=policy or "least-outstanding", backends=backends,
+        config_path=args.config, admin_token=args.admin_token or None, scrape_interval_s=args.scrape_interval_s,
+        timeouts=TimeoutConfig(connect_s=args.connect_timeout_s, first_byte_s=args.first_byte_timeout_s,
+                               idle_s=args.idle_timeout_s, total_s=args.total_timeout_s),
+        retry=RetryConfig(max_attempts=args.max_attempts),
+        health=HealthConfig(interval_s=args.health_interval_s),
+    )
+
+
+async def serve(config) -> None:
+    from proxy.app import start_proxy
+
+    running = await start_proxy(config)
+    print(f"flotilla proxy listening on {running.url} ({len(config.backends)} backends, "
+          f"policy {config.policy})", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await running.close()
+
+
+def _loop_factory():
+    try:
+        import uvloop
+    except ImportError:  # uvloop is not built for every platform
+        return None
+    return uvloop.new_event_loop
+
+
+def run(args: argparse.Namespace) -> int:
+    from proxy.config import ConfigError
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = build_config(args)
+    except (ConfigError, OSError, ValueError) as exc:
+        print(f"flotilla proxy: {exc}")
+        return 2
+    if not config.backends and config.config_path is None:
+        print("flotilla proxy: give at least one --backend URL or --config fleet.yaml")
+        return 2
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(serve(config))
+    return 0

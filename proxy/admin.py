@@ -1,0 +1,70 @@
+"""Admin API: list, add and drain backends. Needs a bearer token; disabled without one."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from proxy.config import ConfigError, backend_from_mapping
+from proxy.errors import ProxyError
+from proxy.pool import Backend, BackendPool
+from proxy.request_parse import load_json_object
+
+
+def backend_json(b: Backend) -> dict:
+    return {"url": b.url, "flavor": b.spec.flavor, "weight": b.spec.weight, "state": b.state.value,
+            "source": b.source, "models": sorted(b.models), "in_flight": b.in_flight,
+            "circuit": b.breaker.state.value}
+
+
+def check_token(request: web.Request, token: str | None) -> None:
+    if token is None:
+        raise ProxyError(403, "The admin API is disabled: start the proxy with --admin-token "
+                              "(or FLOTILLA_ADMIN_TOKEN).")
+    given = request.headers.get("Authorization", "")
+    scheme, _, value = given.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
+        raise ProxyError(401, "A valid bearer token is required.", headers={"WWW-Authenticate": "Bearer"})
+
+
+class AdminApi:
+    def __init__(self, pool: BackendPool, token: str | None,
+                 on_added: Callable[[Backend], Awaitable[None]]) -> None:
+        self.pool = pool
+        self.token = token
+        self.on_added = on_added
+        """Called for a new backend (an immediate health probe, so it need not wait a round)."""
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.get("/admin/backends", self.list), web.post("/admin/backends", self.add),
+                web.delete("/admin/backends", self.remove)]
+
+    async def list(self, request: web.Request) -> web.Response:
+        check_token(request, self.token)
+        return web.json_response({"backends": [backend_json(b) for b in self.pool]})
+
+    async def add(self, request: web.Request) -> web.Response:
+        check_token(request, self.token)
+        body = load_json_object(await request.read())
+        try:
+            spec = backend_from_mapping(body)
+        except ConfigError as exc:
+            raise ProxyError(400, str(exc), param=exc.field) from None
+        backend = self.pool.add(spec, source="admin")
+        await self.on_added(backend)
+        return web.json_response(backend_json(backend), status=201)
+
+    async def remove(self, request: web.Request) -> web.Response:
+        check_token(request, self.token)
+        url = request.query.get("url")
+        if url is None:
+            url = load_json_object(await request.read()).get("url")
+        if not isinstance(url, str):
+            raise ProxyError(400, "Name the backend to remove: ?url=... or {\"url\": ...}.", param="url")
+        backend = self.pool.drain(url)
+        if backend is None:
+            raise ProxyError(404, f"No backend {url!r} in the pool.", param="url")
+        return web.json_response(backend_json(backend))
+

@@ -1,0 +1,233 @@
+"""The proxy's aiohttp application: routes, handlers and the background loops' lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+
+from policies.routing.base import BackendState, RequestInfo, RoutingPolicy
+from proxy.admin import AdminApi
+from proxy.config import ProxyConfig
+from proxy.dispatch import Dispatcher, Forward
+from proxy.errors import ProxyError, error_response
+from proxy.health import HealthChecker
+from proxy.metrics import RouterMetrics
+from proxy.pool import Backend, BackendPool
+from proxy.reload import FleetWatcher
+from proxy.request_parse import check_content_type, load_json_object, parse_request
+from proxy.router import Router
+from proxy.scraper import Scraper
+
+log = logging.getLogger(__name__)
+
+PROXY_KEY: web.AppKey[Proxy] = web.AppKey("proxy")
+
+
+def create_policy(spec: str, rng: random.Random) -> RoutingPolicy:
+    from policies.routing.registry import create_policy as registry_create  # owned by policies/
+
+    return registry_create(spec, rng=rng)
+
+
+@dataclass
+class Proxy:
+    """Everything one running proxy holds."""
+
+    config: ProxyConfig
+    policy: RoutingPolicy
+    rng: random.Random
+    pool: BackendPool
+    metrics: RouterMetrics = field(default_factory=RouterMetrics)
+    session: aiohttp.ClientSession | None = None
+    dispatcher: Dispatcher | None = None
+    health: HealthChecker | None = None
+    tasks: list[asyncio.Task] = field(default_factory=list)
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
+        self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                             skip_auto_headers=("User-Agent", "Accept-Encoding"))
+        router = Router(self.pool, self.policy, self.config.policy, self.metrics)
+        self.dispatcher = Dispatcher(self.config, self.pool, router, self.session, self.metrics, self.rng)
+        h = self.config.health
+        self.health = HealthChecker(self.pool, self.session, self.metrics, h.interval_s, h.timeout_s)
+        scraper = Scraper(self.pool, self.session, self.config.scrape_interval_s, self.config.scrape_timeout_s)
+        await asyncio.gather(self.health.check_all(), scraper.scrape_all())
+        loops = [self.health.run(), scraper.run()]
+        if self.config.config_path is not None:
+            loops.append(FleetWatcher(self.config.config_path, self.pool, self.config.reload_interval_s,
+                                      self.probe_now).run())
+        self.tasks = [asyncio.create_task(c) for c in loops]
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.session is not None:
+            await self.session.close()
+
+    async def probe_now(self, backend: Backend) -> None:
+        if self.health is not None:
+            await self.health.check_one(backend)
+
+
+def _proxy(request: web.Request) -> Proxy:
+    return request.app[PROXY_KEY]
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise ProxyError(413, f"The request body is larger than {limit} bytes.")
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ProxyError(413, f"The request body is larger than {limit} bytes.") from None
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=False)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=True)
+
+
+async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
+    p = _proxy(request)
+    check_content_type(request.headers.get("Content-Type", ""))
+    raw = await _read_body(request, p.config.max_body_bytes)
+    body = load_json_object(raw)
+    adapters = frozenset().union(*(b.adapters for b in p.pool)) if len(p.pool) else frozenset()
+    parsed = parse_request(body, chat, request.headers, p.config.session_header, p.config.chars_per_token,
+                           adapters)
+    model = parsed.info.model
+    if model is not None and p.pool.is_unknown_model(model):
+        raise ProxyError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
+    fwd = Forward(method="POST", path_qs=request.path_qs, body=raw, info=parsed.info,
+                  debug=request.headers.get("x-flotilla-debug") == "1", accounts_usage=True)
+    return await p.dispatcher.handle(request, fwd)
+
+
+async def passthrough(request: web.Request) -> web.StreamResponse:
+    """Any other /v1/* path goes to one chosen backend as it is."""
+    p = _proxy(request)
+    raw = await _read_body(request, p.config.max_body_bytes)
+    fwd = Forward(method=request.method, path_qs=request.path_qs, body=raw,
+                  info=RequestInfo(headers=request.headers), debug=request.headers.get("x-flotilla-debug") == "1")
+    return await p.dispatcher.handle(request, fwd)
+
+
+async def models(request: web.Request) -> web.Response:
+    """The union of every backend's models and adapters (first card seen wins)."""
+    cards: dict[str, dict] = {}
+    for b in _proxy(request).pool:
+        if b.state is BackendState.DRAINING:
+            continue
+        for card in b.model_cards:
+            cards.setdefault(card["id"], card)
+        for name in sorted(b.spec.models):
+            cards.setdefault(name, {"id": name, "object": "model", "created": 0, "owned_by": "flotilla"})
+    return web.json_response({"object": "list", "data": list(cards.values())})
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def ready(request: web.Request) -> web.Response:
+    pool = _proxy(request).pool
+    n_ready = sum(1 for b in pool if b.state is BackendState.READY)
+    if n_ready == 0:
+        raise ProxyError(503, "No backend is ready yet.", headers={"Retry-After": "1"})
+    return web.json_response({"status": "ready", "ready_backends": n_ready, "backends": len(pool)})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    p = _proxy(request)
+    p.metrics.refresh_pool(p.pool, time.monotonic())
+    return web.Response(body=p.metrics.exposition(), headers={"Content-Type": "text/plain; version=0.0.4"})
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler) -> web.StreamResponse:
+    """Every error leaves as OpenAI-style JSON, never as a traceback."""
+    try:
+        return await handler(request)
+    except ProxyError as exc:
+        return error_response(exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(ProxyError(exc.status, exc.reason, headers={
+            k: v for k, v in exc.headers.items() if k.lower() == "allow"}))
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception:
+        log.exception("unexpected error on %s %s", request.method, request.path)
+        return error_response(ProxyError(500, "Internal error in the proxy."))
+
+
+def build_app(config: ProxyConfig, policy: RoutingPolicy | None = None,
+              rng: random.Random | None = None) -> web.Application:
+    """The proxy as an aiohttp app; `policy` overrides `config.policy` (tests, embedding)."""
+    rng = rng if rng is not None else random.Random()
+    pool = BackendPool(config.breaker)
+    for spec in config.backends:
+        pool.add(spec, source="file" if config.config_path else "static")
+    proxy = Proxy(config=config, policy=policy or create_policy(config.policy, rng), rng=rng, pool=pool)
+    app = web.Application(middlewares=[errors_middleware], client_max_size=config.max_body_bytes)
+    app[PROXY_KEY] = proxy
+    app.add_routes([
+        web.post("/v1/completions", completions), web.post("/v1/chat/completions", chat_completions),
+        web.get("/v1/models", models), web.get("/health", health), web.get("/ready", ready),
+        web.get("/metrics", metrics),
+        *AdminApi(pool, config.admin_token, proxy.probe_now).routes(),
+        web.route("*", "/v1/{tail:.*}", passthrough),
+    ])
+    app.on_startup.append(lambda _app: proxy.start())
+    app.on_cleanup.append(lambda _app: proxy.stop())
+    return app
+
+
+@dataclass
+class RunningProxy:
+    """A proxy listening on a socket (see `start_proxy`)."""
+
+    app: web.Application
+    runner: web.AppRunner
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def proxy(self) -> Proxy:
+        return self.app[PROXY_KEY]
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+
+
+async def start_proxy(config: ProxyConfig, policy: RoutingPolicy | None = None,
+                      rng: random.Random | None = None) -> RunningProxy:
+    """Build and serve the proxy on config.host:config.port (port 0: any free port)."""
+    app = build_app(config, policy, rng)
+    # handler_cancellation: a client that goes away cancels its handler at once, which closes
+    # the upstream connection, which makes the engine abort the request.
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port, backlog=1024, reuse_address=True)
+    await site.start()
+    port = runner.addresses[0][1]
+    return RunningProxy(app=app, runner=runner, host=config.host, port=port)

@@ -1,0 +1,111 @@
+"""Per-backend circuit breaker and the reading of health probes (pure: callers pass `now_s`).
+
+Closed: requests flow, consecutive failures are counted. After `failure_threshold` of them the
+circuit opens and the backend is ejected. After `open_s` it is half-open: one probe at a time
+(an active health probe or one real request) may go; `success_threshold` consecutive successes
+close it, any failure opens it again for another `open_s`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from proxy.config import BreakerConfig
+
+
+class CircuitState(enum.Enum):
+    CLOSED = "closed"  # healthy: every request may go
+    OPEN = "open"  # ejected: nothing goes until open_s has passed
+    HALF_OPEN = "half_open"  # on trial: one probe at a time
+
+
+class CircuitBreaker:
+    def __init__(self, config: BreakerConfig) -> None:
+        self.config = config
+        self.state = CircuitState.CLOSED
+        self.failures = 0
+        """Consecutive failures while closed."""
+        self.successes = 0
+        """Consecutive successes while half-open."""
+        self.opened_at_s: float | None = None
+        self.probe_in_flight = False
+
+    def allows_request(self, now_s: float) -> bool:
+        """Whether a request may be sent now (moves open -> half-open when the wait is over)."""
+        if self.state is CircuitState.OPEN and self.opened_at_s is not None:
+            if now_s - self.opened_at_s >= self.config.open_s:
+                self.state = CircuitState.HALF_OPEN
+                self.successes = 0
+        if self.state is CircuitState.HALF_OPEN:
+            return not self.probe_in_flight
+        return self.state is CircuitState.CLOSED
+
+    def start_probe(self) -> None:
+        if self.state is CircuitState.HALF_OPEN:
+            self.probe_in_flight = True
+
+    def record_success(self) -> bool:
+        """Count a success; True when this closed the circuit."""
+        self.probe_in_flight = False
+        if self.state is CircuitState.HALF_OPEN:
+            self.successes += 1
+            if self.successes >= self.config.success_threshold:
+                self.state = CircuitState.CLOSED
+                self.failures = 0
+                return True
+            return False
+        self.failures = 0
+        return False
+
+    def record_failure(self, now_s: float) -> bool:
+        """Count a failure; True when this opened the circuit."""
+        self.probe_in_flight = False
+        if self.state is CircuitState.HALF_OPEN:
+            self._open(now_s)
+            return True
+        if self.state is CircuitState.OPEN:
+            return False
+        self.failures += 1
+        if self.failures >= self.config.failure_threshold:
+            self._open(now_s)
+            return True
+        return False
+
+    def _open(self, now_s: float) -> None:
+        self.state = CircuitState.OPEN
+        self.opened_at_s = now_s
+        self.successes = 0
+
+
+class ProbeOutcome(enum.Enum):
+    HEALTHY = "healthy"  # answered 200: ready
+    LOADING = "loading"  # still starting: not a failure
+    FAILED = "failed"  # counts against the breaker
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What one /health probe saw."""
+
+    status: int | None
+    """HTTP status, or None when no response came back."""
+    body: bytes = b""
+    connection_refused: bool = False
+    """The TCP connect was refused (vLLM while loading; any engine that is down)."""
+
+
+def classify_probe(result: ProbeResult, ever_ready: bool) -> ProbeOutcome:
+    """Tell startup from failure.
+
+    vLLM refuses connections for the whole model load, so a refusal before the backend was ever
+    ready means loading; after that it means the engine went away. llama-server listens at once
+    and answers 503 `Loading model` while loading, at any point in its life.
+    """
+    if result.status == 200:
+        return ProbeOutcome.HEALTHY
+    if result.status == 503 and b"Loading model" in result.body:
+        return ProbeOutcome.LOADING
+    if result.connection_refused and not ever_ready:
+        return ProbeOutcome.LOADING
+    return ProbeOutcome.FAILED

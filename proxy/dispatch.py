@@ -1,0 +1,220 @@
+"""One client request: pick, reserve, forward, retry before the first byte, relay, account.
+
+Retries go to a backend not tried yet, after a capped exponential backoff with jitter (longer
+when a backend sent Retry-After), and only while nothing has reached the client. Once the
+response headers went out, a failure ends the stream with an error event instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+
+from policies.routing.base import Decision, RequestInfo
+from proxy.config import ProxyConfig
+from proxy.errors import ProxyError, error_response
+from proxy.forward import (
+    RelayResult,
+    UpstreamFailure,
+    downstream_headers,
+    end_broken_stream,
+    is_event_stream,
+    open_upstream,
+    relay,
+    upstream_headers,
+)
+from proxy.metrics import RouterMetrics
+from proxy.pool import Backend, BackendPool, Reservation
+from proxy.retry import OVERLOAD_STATUS, is_retryable_status, parse_retry_after_s, wait_before_retry_s
+from proxy.router import Router
+from proxy.usage import usage_from_json, usage_from_sse_tail
+
+MAX_ERROR_BODY_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Forward:
+    """What to send upstream for one client request."""
+
+    method: str
+    path_qs: str
+    """Path and query string, the same on the backend as on the proxy."""
+    body: bytes
+    info: RequestInfo
+    debug: bool = False
+    """Client sent x-flotilla-debug: 1: answer with the deciding rule too."""
+    accounts_usage: bool = False
+    """A completions or chat request: read usage from the response for prefill accounting."""
+
+
+@dataclass
+class RetryableAnswer:
+    """A backend's retryable error answer, kept in case no other backend does better."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    backend: Backend
+
+
+class Dispatcher:
+    def __init__(self, config: ProxyConfig, pool: BackendPool, router: Router,
+                 session: aiohttp.ClientSession, metrics: RouterMetrics, rng: random.Random,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.pool = pool
+        self.router = router
+        self.session = session
+        self.metrics = metrics
+        self.rng = rng
+        self.clock = clock
+
+    async def handle(self, request: web.Request, fwd: Forward) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        deadline = start + self.config.timeouts.total_s
+        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        headers = upstream_headers(request.headers, request_id)
+        tried: list[Backend] = []
+        failure: UpstreamFailure | None = None
+        answer: RetryableAnswer | None = None
+        retry_after_s: float | None = None
+        for attempt in range(self.config.retry.max_attempts):
+            picked = self.router.pick(fwd.info, self.clock(), exclude=tried)
+            if picked is None:
+                break
+            if attempt:
+                self.metrics.retries.labels(failure.reason if failure else f"status_{answer.status}").inc()
+                await asyncio.sleep(wait_before_retry_s(self.config.retry, attempt, self.rng, retry_after_s))
+            backend, decision = picked
+            tried.append(backend)
+            reservation = self.pool.reserve(backend, fwd.info.prompt_tokens + (fwd.info.max_tokens or 0))
+            try:
+                upstream = await open_upstream(self.session, fwd.method, backend.url + fwd.path_qs, headers,
+                                               fwd.body, self.config.timeouts, deadline)
+            except UpstreamFailure as exc:
+                self.pool.release(reservation)
+                self._failed(backend)
+                failure, answer = exc, None
+                if not exc.retryable:
+                    break
+                continue
+            except BaseException:
+                self.pool.release(reservation)
+                raise
+            if is_retryable_status(upstream.status):
+                answer = await self._keep_answer(upstream, backend, reservation)
+                failure, retry_after_s = None, parse_retry_after_s(upstream.headers.get("Retry-After"), time.time())
+                continue
+            return await self._relay(request, fwd, upstream, backend, decision, reservation, request_id, start,
+                                     deadline)
+        return self._give_up(fwd, tried, failure, answer, request_id)
+
+    async def _keep_answer(self, upstream: aiohttp.ClientResponse, backend: Backend,
+                           reservation: Reservation) -> RetryableAnswer:
+        try:
+            async with asyncio.timeout(self.config.timeouts.idle_s):
+                body = await upstream.content.read(MAX_ERROR_BODY_BYTES)
+        except (TimeoutError, aiohttp.ClientError):
+            body = b""
+        finally:
+            upstream.close()
+            self.pool.release(reservation)
+        if upstream.status not in OVERLOAD_STATUS:
+            self._failed(backend)
+        return RetryableAnswer(upstream.status, dict(downstream_headers(upstream.headers)), body, backend)
+
+    def _give_up(self, fwd: Forward, tried: list[Backend], failure: UpstreamFailure | None,
+                 answer: RetryableAnswer | None, request_id: str) -> web.Response:
+        model = fwd.info.model or ""
+        if answer is not None:
+            headers = {**answer.headers, "x-flotilla-backend": answer.backend.url, "X-Request-Id": request_id}
+            self.metrics.requests.labels(model, answer.backend.url, str(answer.status)).inc()
+            return web.Response(status=answer.status, headers=headers, body=answer.body)
+        if failure is not None:
+            err = ProxyError(failure.status, f"The backend failed before answering ({failure.reason}).")
+            backend = tried[-1].url
+        else:
+            err = ProxyError(503, "No backend is available to serve this request.", headers={"Retry-After": "1"})
+            backend = ""
+        self.metrics.requests.labels(model, backend, str(err.status)).inc()
+        return error_response(err, {"X-Request-Id": request_id, "x-flotilla-backend": backend})
+
+    def _response_head(self, upstream: aiohttp.ClientResponse, backend: Backend, decision: Decision,
+                       request_id: str, debug: bool) -> web.StreamResponse:
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                      headers=downstream_headers(upstream.headers))
+        response.headers["x-flotilla-backend"] = backend.url
+        response.headers["X-Request-Id"] = request_id
+        if debug:
+            response.headers["x-flotilla-rule"] = decision.rule
+        if upstream.content_length is not None and not is_event_stream(upstream):
+            response.content_length = upstream.content_length
+        return response
+
+    async def _relay(self, request: web.Request, fwd: Forward, upstream: aiohttp.ClientResponse,
+                     backend: Backend, decision: Decision, reservation: Reservation, request_id: str,
+                     start: float, deadline: float) -> web.StreamResponse:
+        response = self._response_head(upstream, backend, decision, request_id, fwd.debug)
+        result = RelayResult(completed=False)
+        try:
+            await response.prepare(request)
+            result = await relay(request, response, upstream, self.config.timeouts, deadline, fwd.accounts_usage)
+            if result.error is not None:
+                self._failed(backend)
+                await end_broken_stream(request, response, upstream, result)
+            elif result.client_gone:
+                self.metrics.client_disconnects.inc()
+            else:
+                await response.write_eof()
+            return response
+        except ConnectionResetError:  # the client left before the headers went out
+            result.client_gone = True
+            self.metrics.client_disconnects.inc()
+            return response
+        except asyncio.CancelledError:
+            result.client_gone = True
+            self.metrics.client_disconnects.inc()
+            raise
+        finally:
+            # Closing (not releasing) an unfinished response drops the connection, which is how
+            # the engine learns the client went away and aborts the request.
+            upstream.release() if result.completed else upstream.close()
+            self.pool.release(reservation)
+            self._finish(fwd, upstream, backend, result, start)
+
+    def _finish(self, fwd: Forward, upstream: aiohttp.ClientResponse, backend: Backend, result: RelayResult,
+                start: float) -> None:
+        loop = asyncio.get_running_loop()
+        model = fwd.info.model or ""
+        status = upstream.status if result.completed else (499 if result.client_gone else 502)
+        self.metrics.requests.labels(model, backend.url, str(status)).inc()
+        self.metrics.latency.labels(model).observe(loop.time() - start)
+        if result.first_byte_at_s is not None:
+            self.metrics.ttft.labels(model).observe(result.first_byte_at_s - start)
+        if result.completed and upstream.status < 500:
+            self.pool.record_success(backend)
+        elif result.completed:
+            self._failed(backend)
+        if result.completed and fwd.accounts_usage and upstream.status == 200:
+            self._account_usage(fwd, upstream, backend, result)
+
+    def _account_usage(self, fwd: Forward, upstream: aiohttp.ClientResponse, backend: Backend,
+                       result: RelayResult) -> None:
+        usage = usage_from_sse_tail(result.tail) if is_event_stream(upstream) else (
+            usage_from_json(result.body) if result.body is not None else None)
+        if usage is None:
+            return
+        backend.prefill_tokens += usage.prefill_tokens
+        self.router.feedback(backend, fwd.info, self.clock(), usage.prompt_tokens, usage.cached_tokens)
+
+    def _failed(self, backend: Backend) -> None:
+        if self.pool.record_failure(backend, self.clock()):
+            self.metrics.ejections.labels(backend.url).inc()

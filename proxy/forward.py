@@ -1,0 +1,158 @@
+"""Forwarding one attempt to one backend, and relaying its body chunk by chunk.
+
+`open_upstream` sends the request and waits for the response headers; any failure there is an
+`UpstreamFailure` that the caller may retry elsewhere, since nothing reached the client yet.
+`relay` copies the body as it arrives (never buffering or merging chunks); once it starts,
+failures end the client's stream with an error event instead of a retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from proxy.config import TimeoutConfig
+from proxy.errors import sse_error_event
+from proxy.usage import TAIL_BYTES
+
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te",
+    "trailer", "trailers", "transfer-encoding", "upgrade",
+})
+NOT_FORWARDED_UP = HOP_BY_HOP | {"host", "content-length", "x-flotilla-debug"}
+NOT_FORWARDED_DOWN = HOP_BY_HOP | {"content-length", "server", "date"}
+
+
+class UpstreamFailure(Exception):
+    """An attempt that failed before any byte reached the client."""
+
+    def __init__(self, reason: str, retryable: bool, status: int = 502) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        """connect, disconnect, first_byte_timeout, total_timeout: label of the retry metric."""
+        self.retryable = retryable
+        self.status = status
+        """Status to answer with when no attempt is left."""
+
+
+@dataclass
+class RelayResult:
+    """How a relayed body ended."""
+
+    completed: bool
+    """The backend's body was copied to the end."""
+    client_gone: bool = False
+    error: str | None = None
+    """Why the upstream body broke off, when it did."""
+    first_byte_at_s: float | None = None
+    """Loop time at which the first body chunk was written to the client."""
+    tail: bytes = b""
+    """The last TAIL_BYTES of the body (where a stream's usage chunk is)."""
+    body: bytes | None = None
+    """The whole body when it was small JSON (for usage)."""
+
+
+def upstream_headers(headers: Mapping[str, str], request_id: str) -> CIMultiDict[str]:
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        if name.lower() not in NOT_FORWARDED_UP:
+            out.add(name, value)
+    out["X-Request-Id"] = request_id
+    return out
+
+
+def downstream_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        if name.lower() not in NOT_FORWARDED_DOWN:
+            out.add(name, value)
+    return out
+
+
+def client_timeout(t: TimeoutConfig) -> aiohttp.ClientTimeout:
+    # Only the connect phase is left to aiohttp; first byte, idle gaps and the total are
+    # enforced around each await so each has its own limit.
+    return aiohttp.ClientTimeout(total=None, connect=None, sock_connect=t.connect_s, sock_read=None)
+
+
+async def open_upstream(session: aiohttp.ClientSession, method: str, url: str,
+                        headers: Mapping[str, str], body: bytes, timeouts: TimeoutConfig,
+                        deadline: float) -> aiohttp.ClientResponse:
+    """Send one attempt; return once the response headers are in."""
+    loop = asyncio.get_running_loop()
+    first_byte_deadline = min(deadline, loop.time() + timeouts.first_byte_s)
+    try:
+        async with asyncio.timeout_at(first_byte_deadline):
+            return await session.request(method, url, headers=headers, data=body,
+                                         timeout=client_timeout(timeouts), allow_redirects=False)
+    except aiohttp.ClientConnectorError as exc:  # refused, unreachable, connect timeout
+        raise UpstreamFailure("connect", retryable=True) from exc
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+        raise UpstreamFailure("disconnect", retryable=True) from exc
+    except aiohttp.ServerTimeoutError as exc:
+        raise UpstreamFailure("connect", retryable=True, status=504) from exc
+    except TimeoutError as exc:
+        reason = "total_timeout" if first_byte_deadline == deadline else "first_byte_timeout"
+        raise UpstreamFailure(reason, retryable=False, status=504) from exc
+    except aiohttp.ClientError as exc:
+        raise UpstreamFailure("protocol", retryable=False) from exc
+
+
+def is_event_stream(resp: aiohttp.ClientResponse) -> bool:
+    return resp.content_type == "text/event-stream"
+
+
+async def relay(request: web.Request, response: web.StreamResponse, upstream: aiohttp.ClientResponse,
+                timeouts: TimeoutConfig, deadline: float, keep_json: bool) -> RelayResult:
+    """Copy `upstream`'s body to the prepared `response` chunk by chunk."""
+    loop = asyncio.get_running_loop()
+    result = RelayResult(completed=False)
+    body = bytearray() if keep_json and not is_event_stream(upstream) else None
+    tail = b""
+    try:
+        async with asyncio.timeout(None) as cm:
+            while True:
+                cm.reschedule(min(deadline, loop.time() + timeouts.idle_s))
+                try:
+                    chunk = await upstream.content.readany()
+                except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+                    result.error = f"the backend connection broke mid-response: {type(exc).__name__}"
+                    break
+                if not chunk:
+                    result.completed = True
+                    break
+                try:
+                    await response.write(chunk)
+                except ConnectionResetError:
+                    result.client_gone = True
+                    break
+                if result.first_byte_at_s is None:
+                    result.first_byte_at_s = loop.time()
+                tail = (tail + chunk)[-TAIL_BYTES:]
+                if body is not None and len(body) < 1 << 20:
+                    body += chunk
+    except TimeoutError:
+        result.error = "the backend stopped sending (idle or total timeout)"
+    result.tail = tail
+    result.body = bytes(body) if body is not None else None
+    return result
+
+
+async def end_broken_stream(request: web.Request, response: web.StreamResponse,
+                            upstream: aiohttp.ClientResponse, result: RelayResult) -> None:
+    """An event stream gets an error event and [DONE]; other bodies are cut off."""
+    if is_event_stream(upstream):
+        # Close a half-written event first so the error event parses on its own.
+        sep = b"" if not result.tail or result.tail.endswith(b"\n\n") else b"\n\n"
+        try:
+            await response.write(sep + sse_error_event(result.error or "upstream failure"))
+            await response.write_eof()
+        except ConnectionResetError:
+            pass
+    elif request.transport is not None:
+        request.transport.close()

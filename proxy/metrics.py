@@ -1,0 +1,55 @@
+"""The router's own Prometheus metrics, all under `flotilla_` (never an engine's prefix).
+
+Each proxy owns a registry, so several proxies in one process (tests, benchmarks) never mix.
+Gauges that describe the pool are refreshed when /metrics is read, not on every request.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from policies.routing.base import BackendState
+from proxy.pool import BackendPool
+
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
+TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10,
+                  20, 40, 80, 160)
+
+
+class RouterMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("flotilla_requests", "Requests answered, by model, backend and status",
+                                ["model", "backend", "status"], registry=r)
+        self.latency = Histogram("flotilla_request_latency_seconds", "Arrival to last byte",
+                                 ["model"], buckets=LATENCY_BUCKETS_S, registry=r)
+        self.ttft = Histogram("flotilla_time_to_first_token_seconds",
+                              "Arrival to the first body byte sent to the client",
+                              ["model"], buckets=TTFT_BUCKETS_S, registry=r)
+        self.retries = Counter("flotilla_retries", "Retries to another backend, by reason", ["reason"],
+                               registry=r)
+        self.ejections = Counter("flotilla_backend_ejections", "Circuit-breaker openings", ["backend"],
+                                 registry=r)
+        self.decisions = Counter("flotilla_routing_decisions", "Routing decisions by policy and rule",
+                                 ["policy", "rule"], registry=r)
+        self.in_flight = Gauge("flotilla_backend_in_flight", "Router-side outstanding requests",
+                               ["backend"], registry=r)
+        self.scrape_age = Gauge("flotilla_backend_scrape_age_seconds", "Age of the newest engine metrics",
+                                ["backend"], registry=r)
+        self.state = Gauge("flotilla_backend_state", "1 for the state each backend is in",
+                           ["backend", "state"], registry=r)
+        self.client_disconnects = Counter("flotilla_client_disconnects",
+                                          "Requests whose client went away before the end", registry=r)
+
+    def refresh_pool(self, pool: BackendPool, now_s: float) -> None:
+        for gauge in (self.in_flight, self.scrape_age, self.state):
+            gauge.clear()  # backends that left must not linger
+        for b in pool:
+            self.in_flight.labels(b.url).set(b.in_flight)
+            if b.sample_time_s is not None:
+                self.scrape_age.labels(b.url).set(now_s - b.sample_time_s)
+            for state in BackendState:
+                self.state.labels(b.url, state.value).set(1.0 if b.state is state else 0.0)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

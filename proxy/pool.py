@@ -1,0 +1,206 @@
+"""The backend pool: each backend's declared spec, live state, load signals and accounting.
+
+The pool is plain state; the scraper, the health checker, the admin API and the request path
+update it, and `views()` turns it into the snapshot a routing policy decides on. Router-side
+in-flight accounting is added to every scraped load signal, so a burst picked between two
+scrapes is seen by every decision that follows it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from policies.routing.base import BackendState, BackendView
+from proxy.breaker import CircuitBreaker, CircuitState
+from proxy.config import BackendSpec, BreakerConfig
+from proxy.engine_metrics import LoadSample
+
+
+@dataclass
+class Reservation:
+    """What one request holds on its backend from pick time until its last byte."""
+
+    backend: Backend
+    tokens: int
+    """Estimated prompt plus max tokens."""
+    scrape_epoch: int
+    """The backend's scrape epoch at pick time: if no scrape ended since, the engine's own
+    counters do not include this request yet."""
+    released: bool = False
+
+
+@dataclass(eq=False)
+class Backend:
+    spec: BackendSpec
+    breaker: CircuitBreaker
+    source: str = "static"
+    """static (command line), file (fleet file) or admin (added through the admin API)."""
+    state: BackendState = BackendState.STARTING
+    ever_ready: bool = False
+    discovered_models: frozenset[str] = frozenset()
+    adapters: frozenset[str] = frozenset()
+    """LoRA adapters listed by the backend's /v1/models (cards with a parent)."""
+    model_cards: tuple[dict, ...] = ()
+    """The backend's /v1/models cards, for the union the proxy serves."""
+    in_flight: int = 0
+    in_flight_tokens: int = 0
+    unseen: dict[int, list[int]] = field(default_factory=dict)
+    """scrape epoch -> [requests, tokens] outstanding and picked in that epoch, for every epoch
+    no scrape has answered since: the engine's own counters do not include them yet."""
+    prefill_tokens: float = 0.0
+    """Prompt tokens minus cached tokens of every request this backend answered."""
+    sample: LoadSample | None = None
+    sample_time_s: float | None = None
+    scrape_epoch: int = 0
+    """Bumped when a scrape is sent; requests picked later carry the new epoch."""
+    scrape_ok: bool = False
+
+    @property
+    def url(self) -> str:
+        return self.spec.url
+
+    @property
+    def unseen_requests(self) -> int:
+        return sum(v[0] for v in self.unseen.values())
+
+    @property
+    def unseen_tokens(self) -> int:
+        return sum(v[1] for v in self.unseen.values())
+
+    @property
+    def models(self) -> frozenset[str]:
+        return frozenset(self.spec.models) | self.discovered_models | self.adapters
+
+    def is_routable(self, now_s: float) -> bool:
+        if self.state is BackendState.READY:
+            return True
+        return self.state is BackendState.EJECTED and self.breaker.allows_request(now_s)
+
+    def view(self, index: int, now_s: float) -> BackendView:
+        s = self.sample
+        unseen_requests, unseen_tokens = self.unseen_requests, self.unseen_tokens
+        capacity = s.cache_capacity_tokens if s else None
+        kv = s.kv_cache_usage if s else None
+        if kv is not None and capacity:
+            kv = min(1.0, kv + unseen_tokens / capacity)
+        return BackendView(
+            index=index, url=self.url, state=self.state, weight=self.spec.weight, models=self.models,
+            in_flight=self.in_flight, in_flight_tokens=self.in_flight_tokens,
+            prefill_tokens=self.prefill_tokens,
+            num_requests_running=s.num_requests_running if s else None,
+            num_requests_waiting=(s.num_requests_waiting or 0.0) + unseen_requests
+            if s and s.num_requests_waiting is not None else None,
+            kv_cache_usage=kv, cache_capacity_tokens=capacity,
+            lora_adapters=s.lora_adapters if s else frozenset(),
+            metrics=s.metrics if s else {},
+            metrics_age_s=now_s - self.sample_time_s if self.sample_time_s is not None else None,
+        )
+
+
+@dataclass
+class BackendPool:
+    breaker_config: BreakerConfig = field(default_factory=BreakerConfig)
+    backends: list[Backend] = field(default_factory=list)
+    generation: int = 0
+    """Bumped whenever a backend leaves, so policies indexed by position can reset."""
+
+    def __iter__(self) -> Iterator[Backend]:
+        return iter(self.backends)
+
+    def __len__(self) -> int:
+        return len(self.backends)
+
+    def find(self, url: str) -> Backend | None:
+        url = url.rstrip("/")
+        return next((b for b in self.backends if b.url == url), None)
+
+    def add(self, spec: BackendSpec, source: str = "static") -> Backend:
+        existing = self.find(spec.url)
+        if existing is not None:
+            existing.spec, existing.source = spec, source
+            if existing.state is BackendState.DRAINING:
+                existing.state = BackendState.READY if existing.ever_ready else BackendState.STARTING
+            return existing
+        backend = Backend(spec=spec, breaker=CircuitBreaker(self.breaker_config), source=source)
+        self.backends.append(backend)
+        return backend
+
+    def drain(self, url: str) -> Backend | None:
+        """Stop routing to `url`; it leaves the pool once its last request finished."""
+        backend = self.find(url)
+        if backend is not None:
+            backend.state = BackendState.DRAINING
+            self.remove_drained()
+        return backend
+
+    def remove_drained(self) -> None:
+        keep = [b for b in self.backends if not (b.state is BackendState.DRAINING and b.in_flight == 0)]
+        if len(keep) != len(self.backends):
+            self.backends = keep
+            self.generation += 1
+
+    def views(self, now_s: float, model: str | None = None) -> list[BackendView]:
+        """Routable backends that serve `model` (or have not said what they serve), as policies see them."""
+        return [b.view(i, now_s) for i, b in enumerate(self.backends)
+                if b.is_routable(now_s) and (model is None or not b.models or model in b.models)]
+
+    def is_unknown_model(self, model: str) -> bool:
+        """True when every backend has said what it serves and none serves `model`."""
+        live = [b for b in self.backends if b.state is not BackendState.DRAINING]
+        return bool(live) and all(b.models and model not in b.models for b in live)
+
+    def reserve(self, backend: Backend, tokens: int) -> Reservation:
+        backend.in_flight += 1
+        backend.in_flight_tokens += tokens
+        bucket = backend.unseen.setdefault(backend.scrape_epoch, [0, 0])
+        bucket[0] += 1
+        bucket[1] += tokens
+        if backend.state is BackendState.EJECTED:
+            backend.breaker.start_probe()
+        return Reservation(backend=backend, tokens=tokens, scrape_epoch=backend.scrape_epoch)
+
+    def release(self, r: Reservation) -> None:
+        if r.released:
+            return
+        r.released = True
+        b = r.backend
+        b.in_flight -= 1
+        b.in_flight_tokens -= r.tokens
+        bucket = b.unseen.get(r.scrape_epoch)
+        if bucket is not None:
+            bucket[0] -= 1
+            bucket[1] -= r.tokens
+            if bucket[0] == 0 and r.scrape_epoch != b.scrape_epoch:
+                del b.unseen[r.scrape_epoch]
+        if b.state is BackendState.DRAINING and b.in_flight == 0:
+            self.remove_drained()
+
+    def begin_scrape(self, backend: Backend) -> int:
+        """A scrape is being sent; returns its epoch for `record_scrape`."""
+        backend.scrape_epoch += 1
+        return backend.scrape_epoch
+
+    def record_scrape(self, backend: Backend, sample: LoadSample | None, epoch: int, sent_at_s: float) -> None:
+        """The scrape of `epoch`, sent at `sent_at_s`, came back (`sample` None when it failed)."""
+        backend.scrape_ok = sample is not None
+        if sample is None:
+            return
+        backend.sample, backend.sample_time_s = sample, sent_at_s
+        # Requests picked before the scrape was sent are in the engine's counters now.
+        for old in [e for e in backend.unseen if e < epoch]:
+            del backend.unseen[old]
+
+    def record_success(self, backend: Backend) -> bool:
+        """A request or probe succeeded; True when this closed the backend's circuit."""
+        closed = backend.breaker.record_success()
+        if closed and backend.state is BackendState.EJECTED:
+            backend.state = BackendState.READY
+        return closed
+
+    def record_failure(self, backend: Backend, now_s: float) -> bool:
+        """A request or probe failed; True when this ejected the backend."""
+        opened = backend.breaker.record_failure(now_s)
+        if backend.breaker.state is CircuitState.OPEN and backend.state is BackendState.READY:
+            backend.state = BackendState.EJECTED
+        return opened

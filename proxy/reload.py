@@ -1,0 +1,63 @@
+"""Watch the fleet file and bring the file-managed backends in line with it when it changes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import yaml
+
+from proxy.config import BackendSpec, ConfigError, load_fleet
+from proxy.pool import Backend, BackendPool
+
+log = logging.getLogger(__name__)
+
+
+def apply_fleet(pool: BackendPool, specs: tuple[BackendSpec, ...]) -> list[Backend]:
+    """Add or update the file's backends, drain file backends it no longer lists; return new ones."""
+    wanted = {s.url: s for s in specs}
+    known = {b.url for b in pool}
+    for b in list(pool):
+        if b.source == "file" and b.url not in wanted:
+            pool.drain(b.url)
+    return [pool.add(spec, source="file") for url, spec in wanted.items() if url not in known]
+
+
+class FleetWatcher:
+    def __init__(self, path: Path, pool: BackendPool, interval_s: float,
+                 on_added: Callable[[Backend], Awaitable[None]]) -> None:
+        self.path = path
+        self.pool = pool
+        self.interval_s = interval_s
+        self.on_added = on_added
+        self._stamp: tuple[float, int] | None = None
+
+    def _current_stamp(self) -> tuple[float, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return st.st_mtime, st.st_size
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            await self.check()
+
+    async def check(self) -> bool:
+        """Reload if the file changed; True when it did and parsed."""
+        stamp = self._current_stamp()
+        if stamp is None or stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        try:
+            fleet = load_fleet(self.path)
+        except (OSError, ConfigError, yaml.YAMLError) as exc:
+            log.error("fleet file %s not reloaded: %s", self.path, exc)
+            return False
+        for backend in apply_fleet(self.pool, fleet.backends):
+            await self.on_added(backend)
+        log.info("fleet file %s reloaded: %d backends", self.path, len(fleet.backends))
+        return True

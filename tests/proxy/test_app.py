@@ -1,0 +1,138 @@
+import asyncio
+import time
+
+import aiohttp
+import openai
+
+from tests.proxy.conftest import BackendFactory, ProxyFactory
+
+
+def sdk(url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+
+
+async def test_openai_sdk_gets_complete_answers_streamed_and_not(fake_backend: BackendFactory,
+                                                                  proxy_for: ProxyFactory) -> None:
+    b = await fake_backend("alpha", chunks=3)
+    p = await proxy_for([b])
+    client = sdk(p.url)
+    chat = await client.chat.completions.create(model="tiny-llama", messages=[{"role": "user", "content": "hi"}])
+    assert chat.choices[0].message.content == "alpha-0 alpha-1 alpha-2 "
+    comp = await client.completions.create(model="tiny-llama", prompt="hi", max_tokens=3)
+    assert comp.choices[0].text == "alpha-0 alpha-1 alpha-2 "
+    stream = await client.chat.completions.create(model="tiny-llama", messages=[{"role": "user", "content": "hi"}],
+                                                  stream=True, stream_options={"include_usage": True})
+    parts, usage = [], None
+    async for chunk in stream:
+        parts += [c.delta.content for c in chunk.choices if c.delta.content]
+        usage = chunk.usage or usage
+    assert "".join(parts) == "alpha-0 alpha-1 alpha-2 "
+    assert usage is not None and usage.prompt_tokens == 10
+    await client.close()
+
+
+async def test_first_streamed_chunk_arrives_before_the_backend_finished(fake_backend: BackendFactory,
+                                                                         proxy_for: ProxyFactory) -> None:
+    b = await fake_backend("slow", chunks=5, chunk_delay_s=0.2)
+    p = await proxy_for([b])
+    client = sdk(p.url)
+    stream = await client.completions.create(model="tiny-llama", prompt="hi", stream=True)
+    first_at = None
+    texts = []
+    async for chunk in stream:
+        first_at = first_at or time.monotonic()
+        texts.append(chunk.choices[0].text)
+    assert texts == [f"slow-{i} " for i in range(5)]
+    # The backend writes its last chunk about 0.8 s after its first; the client had the first
+    # one long before that.
+    assert first_at < b.finished_at[0] - 0.4
+    await client.close()
+
+
+async def test_every_response_names_its_backend_and_debug_adds_the_rule(fake_backend: BackendFactory,
+                                                                         proxy_for: ProxyFactory) -> None:
+    b = await fake_backend()
+    p = await proxy_for([b])
+    body = {"model": "tiny-llama", "prompt": "x"}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(p.url + "/v1/completions", json=body) as r:
+            assert r.status == 200
+            assert r.headers["x-flotilla-backend"] == b.url
+            assert "x-flotilla-rule" not in r.headers
+            assert len(r.headers["X-Request-Id"]) == 32
+        async with s.post(p.url + "/v1/completions", json=body,
+                          headers={"x-flotilla-debug": "1", "X-Request-Id": "req-42"}) as r:
+            assert r.headers["x-flotilla-rule"] == "least-outstanding"
+            assert r.headers["X-Request-Id"] == "req-42"
+    assert b.request_headers[-1]["X-Request-Id"] == "req-42"
+    assert "x-flotilla-debug" not in {k.lower() for k in b.request_headers[-1]}
+
+
+async def test_models_is_the_union_over_backends(fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    a = await fake_backend("a")
+    b = await fake_backend("b")
+    b.models = ("tiny-llama", "sql-lora")
+    p = await proxy_for([a, b])
+    await p.proxy.health.check_all()  # discovery runs at start; b's adapter list changed since
+    from proxy.health import discover_models
+
+    for backend in p.proxy.pool:
+        await discover_models(p.proxy.session, backend, 1.0)
+    async with aiohttp.ClientSession() as s:
+        async with s.get(p.url + "/v1/models") as r:
+            ids = [c["id"] for c in (await r.json())["data"]]
+    assert sorted(ids) == ["sql-lora", "tiny-llama"]
+
+
+async def test_a_request_for_a_model_only_one_backend_serves_goes_there(fake_backend: BackendFactory,
+                                                                        proxy_for: ProxyFactory) -> None:
+    a = await fake_backend("a")
+    b = await fake_backend("b")
+    b.models = ("other-model",)
+    p = await proxy_for([a, b])
+    async with aiohttp.ClientSession() as s:
+        for _ in range(4):
+            async with s.post(p.url + "/v1/completions", json={"model": "other-model", "prompt": "x"}) as r:
+                assert r.headers["x-flotilla-backend"] == b.url
+
+
+async def test_other_v1_paths_pass_through_to_a_backend(fake_backend: BackendFactory,
+                                                        proxy_for: ProxyFactory) -> None:
+    b = await fake_backend("a")
+    p = await proxy_for([b])
+    async with aiohttp.ClientSession() as s:
+        async with s.get(p.url + "/v1/does-not-exist") as r:
+            assert r.status == 404
+            assert r.headers["x-flotilla-backend"] == b.url
+
+
+async def test_health_ready_and_metrics_endpoints(fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    b = await fake_backend()
+    p = await proxy_for([b])
+    async with aiohttp.ClientSession() as s:
+        async with s.get(p.url + "/health") as r:
+            assert r.status == 200
+        async with s.get(p.url + "/ready") as r:
+            assert (await r.json())["ready_backends"] == 1
+        async with s.post(p.url + "/v1/completions", json={"model": "tiny-llama", "prompt": "x"}) as r:
+            await r.read()
+        async with s.get(p.url + "/metrics") as r:
+            text = await r.text()
+    assert f'flotilla_requests_total{{backend="{b.url}",model="tiny-llama",status="200"}} 1.0' in text
+    assert 'flotilla_routing_decisions_total{policy="least-outstanding",rule="least-outstanding"} 1.0' in text
+    assert "vllm:" not in text
+
+
+async def test_no_ready_backend_answers_503_with_retry_after(fake_backend: BackendFactory,
+                                                             proxy_for: ProxyFactory) -> None:
+    b = await fake_backend(health_status=503, health_body=b'{"error":{"message":"Loading model"}}')
+    p = await proxy_for([b])
+    async with aiohttp.ClientSession() as s:
+        async with s.post(p.url + "/v1/completions", json={"model": "tiny-llama", "prompt": "x"}) as r:
+            assert r.status == 503
+            assert r.headers["Retry-After"] == "1"
+            assert (await r.json())["error"]["type"] == "unavailable_error"
+        async with s.get(p.url + "/ready") as r:
+            assert r.status == 503
+    assert b.received == 0
+    await asyncio.sleep(0)
