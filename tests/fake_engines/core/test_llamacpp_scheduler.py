@@ -1,0 +1,171 @@
+import pytest
+
+from fake_engines.core import (
+    EngineRequest,
+    FinishReason,
+    LlamaCppScheduler,
+    LlamaCppSchedulerConfig,
+    RequestOutput,
+    RequestRejected,
+    ScheduledStep,
+)
+
+
+def _req(request_id: str, tokens: list[int], output_len: int = 4, lora: str | None = None) -> EngineRequest:
+    return EngineRequest(request_id, tokens, max_tokens=output_len, output_len=output_len, lora=lora)
+
+
+def _run(sched: LlamaCppScheduler) -> tuple[list[ScheduledStep], list[RequestOutput]]:
+    steps, outputs = [], []
+    while (step := sched.schedule()) is not None:
+        steps.append(step)
+        outputs += sched.finish_step(step)
+    assert not sched.has_unfinished_requests()
+    return steps, outputs
+
+
+def _slot_of(sched: LlamaCppScheduler, request_id: str) -> int:
+    return next(s.id for s in sched.stats().slots if s.request_id == request_id)
+
+
+def test_two_slots_and_five_requests_defer_three():
+    sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=4096, n_parallel=2))
+    for i in range(5):
+        sched.add_request(_req(f"r{i}", [i] * 50))
+    stats = sched.stats()
+    assert (stats.num_running, stats.num_waiting) == (2, 3)
+    assert [s.is_processing for s in stats.slots] == [True, True]
+    _, outputs = _run(sched)
+    assert sum(len(o.new_token_ids) for o in outputs) == 20
+
+
+def test_auto_parallel_means_four_slots_sharing_the_whole_context():
+    auto = LlamaCppSchedulerConfig(n_ctx=8192)
+    explicit = LlamaCppSchedulerConfig(n_ctx=8192, n_parallel=2)
+    assert (auto.num_slots, auto.slot_n_ctx) == (4, 8192)
+    assert (explicit.num_slots, explicit.slot_n_ctx) == (2, 4096)
+    assert LlamaCppSchedulerConfig(n_ctx=8192, n_ctx_train=2048).slot_n_ctx == 2048
+
+
+def test_slot_is_picked_by_prompt_similarity_else_least_recently_used():
+    sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=4096, n_parallel=2))
+    system = list(range(100))
+    sched.add_request(_req("a", system + [1000] * 20))
+    assert _slot_of(sched, "a") == 0
+    _run(sched)
+    sched.add_request(_req("unrelated", list(range(500, 600))))
+    assert _slot_of(sched, "unrelated") == 1  # slot 1 was never used: least recently used
+    _run(sched)
+    sched.add_request(_req("same-system", system + [2000] * 20))
+    slot = sched.stats().slots[0]
+    assert (slot.request_id, slot.n_prompt_tokens_cache, slot.n_prompt_tokens_processed) == ("same-system", 100, 20)
+    _run(sched)
+    sched.add_request(_req("low-similarity", system[:10] + [3000] * 200))
+    assert _slot_of(sched, "low-similarity") == 1  # 10/210 < 0.10: LRU instead of slot 0
+
+
+def test_identical_prompt_reuses_all_but_its_last_token():
+    sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=4096, n_parallel=1))
+    sched.add_request(_req("a", list(range(64))))
+    _run(sched)
+    sched.add_request(_req("b", list(range(64))))
+    step = sched.schedule()
+    assert step.num_scheduled_tokens == {"b": 1}
+    outputs = sched.finish_step(step)
+    _run(sched)
+    assert outputs[0].num_cached_tokens == 63
+    stats = sched.stats()
+    assert (stats.prompt_tokens_total, stats.prompt_tokens_cached_total) == (65, 63)
+
+
+def test_lora_change_clears_the_slot_cache():
+    sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=4096, n_parallel=1))
+    sched.add_request(_req("a", list(range(64)), lora="0:1.0"))
+    _run(sched)
+    sched.add_request(_req("b", list(range(64)), lora="1:1.0"))
+    assert sched.schedule().num_scheduled_tokens == {"b": 64}
+
+
+def test_mixed_lora_requests_take_turns():
+    sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=4096, n_parallel=2))
+    sched.add_request(_req("a", [1] * 30, output_len=5, lora="0:1.0"))
+    sched.add_request(_req("b", [2] * 30, output_len=5, lora="1:1.0"))
+    steps, outputs = _run(sched)
+    assert all(len(s.num_scheduled_tokens) == 1 for s in steps)
+    assert [next(iter(s.num_scheduled_tokens)) for s in steps] == ["a"] * 5 + ["b"] * 5
+    assert [o.request_id for o in outputs if o.finished] == ["a", "b"]
+
+
+def test_same_lora_requests_share_iterations():
+    sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=4096, n_parallel=2))
+    sched.add_request(_req("a", [1] * 30, output_len=5, lora="0:1.0"))
+    sched.add_request(_req("b", [2] * 30, output_len=5, lora="0:1.0"))
+    steps, _ = _run(sched)
+    assert len(steps) == 5 and all(s.lora_adapters == {"0:1.0"} for s in steps)
+
+
+def test_prompt_chunks_stop_at_n_batch_and_follow_the_decodes():
+    sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=8192, n_parallel=2, n_batch=512))
+    sched.add_request(_req("short", [1] * 10, output_len=10))
+    sched.finish_step(sched.schedule())
+    sched.add_request(_req("long", [2] * 1200))
+    steps = [sched.schedule()]
+    sched.finish_step(steps[0])
+    steps.append(sched.schedule())
+    assert [list(s.num_scheduled_tokens.items()) for s in steps] == [
+        [("short", 1), ("long", 511)], [("short", 1), ("long", 511)]]
+
+
+def test_abort_frees_the_slot_for_a_deferred_request():
+    sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=4096, n_parallel=1))
+    sched.add_request(_req("a", [1] * 10, output_len=50))
+    sched.add_request(_req("b", [2] * 10))
+    step = sched.schedule()
+    assert sched.abort_request("a") and not sched.abort_request("a")
+    assert sched.finish_step(step) == []
+    stats = sched.stats()
+    assert (stats.num_running, stats.num_waiting, stats.slots[0].request_id) == (1, 0, "b")
+    assert sched.abort_request("b") and not sched.has_unfinished_requests()
+
+
+def test_deferred_abort_removes_it_from_the_queue():
+    sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=4096, n_parallel=1))
+    sched.add_request(_req("a", [1] * 10))
+    sched.add_request(_req("b", [2] * 10))
+    assert sched.abort_request("b")
+    assert sched.stats().num_waiting == 0
+
+
+def test_prompt_filling_the_slot_context_is_rejected_in_llama_server_words():
+    sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=2048, n_parallel=2))
+    with pytest.raises(RequestRejected) as err:
+        sched.add_request(_req("x", [1] * 3001))
+    assert err.value.message == (
+        "request (3001 tokens) exceeds the available context size (1024 tokens), try increasing it")
+    assert (err.value.n_prompt_tokens, err.value.n_ctx) == (3001, 1024)
+
+
+def test_generation_stops_with_length_when_the_slot_context_is_full():
+    sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=128, n_parallel=2))
+    sched.add_request(_req("x", [1] * 60, output_len=100))
+    _, outputs = _run(sched)
+    assert outputs[-1].finish_reason is FinishReason.LENGTH and outputs[-1].num_output_tokens == 4
+
+
+def test_unified_pool_defers_a_prompt_that_does_not_fit_the_free_cells():
+    sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=256, n_parallel=-1))
+    sched.add_request(_req("a", [1] * 200, output_len=10))
+    sched.add_request(_req("b", [2] * 100, output_len=10))
+    assert (sched.stats().num_running, sched.stats().num_waiting) == (1, 1)
+    _, outputs = _run(sched)
+    assert {o.request_id for o in outputs if o.finished} == {"a", "b"}
+
+
+def test_busy_slot_counters_follow_the_iterations():
+    sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=4096, n_parallel=2))
+    sched.add_request(_req("a", [1] * 10, output_len=3))
+    sched.add_request(_req("b", [2] * 10, output_len=3))
+    _run(sched)
+    stats = sched.stats()
+    assert (stats.num_steps, stats.n_busy_slots_total, stats.n_tokens_max) == (3, 6, 13)
+    assert stats.generation_tokens_total == 6 and stats.kv_cache_usage == 0.0
