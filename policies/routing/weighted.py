@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from policies.routing.base import BackendView, Decision, RequestInfo, RoutingPolicy
+from policies.routing.prefix_aware import imbalanced
 from policies.routing.prefix_index import BlockShape, PrefixIndex, block_hashes
 from policies.routing.registry import ConfigError, register_policy
 from policies.routing.signals import load_of
@@ -33,10 +34,10 @@ class WeightedConfig:
     queue_signal: str = "in_flight"
     """Load signal of the queue scorer. The picker reads the engine's waiting count; the
     router's in-flight count is the default here because it never lags a burst."""
-    affinity_bound: float = 1.25
-    """A backend whose queue load exceeds affinity_bound x the mean load..."""
-    affinity_slack: float = 2.0
-    """...and the least load by more than this scores 0 on prefix and LoRA."""
+    affinity_abs: float = 4.0
+    """A backend whose queue load exceeds the least load by more than this..."""
+    affinity_rel: float = 1.25
+    """...and is above this x the least load scores 0 on prefix and LoRA."""
     block_size_tokens: int = 16
     """Tokens per hashed prompt block."""
     chars_per_token: int = 4
@@ -45,12 +46,12 @@ class WeightedConfig:
     """Prefix-index size for a backend that reports no cache capacity."""
 
     def __post_init__(self) -> None:
-        for name in ("queue", "kv", "prefix", "lora", "affinity_slack"):
+        for name in ("queue", "kv", "prefix", "lora", "affinity_abs"):
             require_non_negative(name, getattr(self, name))
         if self.queue + self.kv + self.prefix + self.lora <= 0:
             raise ConfigError("queue", self.queue, "at least one scorer weight must be > 0")
         require_signal("queue_signal", self.queue_signal)
-        require_at_least("affinity_bound", self.affinity_bound, 1.0)
+        require_at_least("affinity_rel", self.affinity_rel, 1.0)
         require_positive("block_size_tokens", self.block_size_tokens)
         require_positive("chars_per_token", self.chars_per_token)
         require_positive("default_capacity_tokens", self.default_capacity_tokens)
@@ -66,10 +67,10 @@ class Weighted(RoutingPolicy):
     - prefix-match: share of the prompt's blocks the policy's own prefix index places there;
     - lora: 1 if the adapter is running or waiting there, 0.5 if only listed in `models`,
       0 otherwise; 1 everywhere for a request without an adapter.
-    Prefix and LoRA score 0 on a backend whose load is above affinity_bound x mean AND more
-    than affinity_slack above the least load. The picker's max-score picker with a prefix
-    weight above the queue weight sends a burst of one prompt to one pod; the bound spreads
-    it once the favoured backend pulls ahead.
+    Prefix and LoRA score 0 on a backend whose load exceeds the least load by more than
+    affinity_abs AND is above affinity_rel x the least load. Without this, a max-score picker
+    whose prefix weight beats its queue weight sends a burst of one prompt to one pod (the
+    endpoint picker's known hot spot); with it, affinity yields once its backend pulls ahead.
     Rule: the scorer that most favours the winner over the runner-up (`queue`, `kv-cache`,
     `prefix-match`, `lora`), or `tie` when the best totals are equal (lowest index wins).
     """
@@ -99,10 +100,10 @@ class Weighted(RoutingPolicy):
         """Weighted score of every scorer, per backend, in the order of `backends`."""
         cfg = self.config
         loads = [load_of(b, cfg.queue_signal) for b in backends]
-        high, low, mean = max(loads), min(loads), sum(loads) / len(loads)
+        high, low = max(loads), min(loads)
         table = []
         for backend, load in zip(backends, loads, strict=True):
-            near = load <= cfg.affinity_bound * mean or load - low <= cfg.affinity_slack
+            near = not imbalanced((load, low), cfg.affinity_abs, cfg.affinity_rel)
             queue = 1.0 if high == low else (high - load) / (high - low)
             table.append(
                 {
