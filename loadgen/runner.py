@@ -1,0 +1,172 @@
+"""The open-loop runner: every request leaves at its trace time, finished or not.
+
+A single dispatcher walks the workload in order, builds each prompt ahead of time, sleeps until
+the request's scheduled time (trace time / speedup) and starts it as its own task, so a slow
+backend never delays later sends. Multi-turn sessions keep their trace timestamps too: a turn is
+not held back until the previous turn of its session has finished (the Mooncake and Azure traces
+record arrivals, not think times, so holding turns back would change the offered load).
+The only back-pressure is the optional concurrency cap; under it `send_time_s` is when a slot
+freed, so lateness shows the cap at work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from tqdm import tqdm
+
+from loadgen.client import stream_request
+from loadgen.prompts import PromptBuilder
+from loadgen.results import RequestRecord, RunResult, Slo
+from loadgen.stats import summarize
+from loadgen.trace import TraceRequest
+
+ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
+@dataclass
+class RunnerConfig:
+    """How to replay a workload against a target."""
+
+    target_url: str
+    """Base URL of the router or engine, e.g. http://127.0.0.1:8000."""
+    model: str | None = None
+    """Model name sent with every request without a LoRA; None asks the target's /v1/models."""
+    endpoint: str = "completions"
+    """API to call: `completions` (raw prompt, exact prefix reuse) or `chat`."""
+    speedup: float = 1.0
+    """Trace time is divided by this: 10 replays a minute of trace in six seconds."""
+    max_requests: int | None = None
+    """Stop after this many requests; None sends the whole workload."""
+    duration_s: float | None = None
+    """Send only requests scheduled within this many seconds of the start (after speedup)."""
+    concurrency: int | None = None
+    """Most requests in flight at once; None leaves the loop fully open."""
+    request_timeout_s: float = 600.0
+    """Give up on one request after this long, seconds."""
+    ignore_eos: bool = True
+    """Ask the engine to generate exactly output_length tokens (vLLM's ignore_eos)."""
+    slo: Slo | None = None
+    """SLOs for goodput; None reports no goodput."""
+    show_progress: bool = True
+    """Show a tqdm bar on stderr (only when it is a terminal)."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Copied into the result's meta (trace name, label, seed)."""
+
+    def __post_init__(self) -> None:
+        if self.endpoint not in ENDPOINTS:
+            raise ValueError(f"endpoint must be one of {sorted(ENDPOINTS)}, got {self.endpoint!r}")
+        if self.speedup <= 0:
+            raise ValueError(f"speedup must be > 0, got {self.speedup}")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.max_requests is not None and self.max_requests < 0:
+            raise ValueError(f"max_requests must be >= 0, got {self.max_requests}")
+
+
+def build_payload(req: TraceRequest, prompt: str, model: str, cfg: RunnerConfig) -> dict[str, Any]:
+    """The JSON body of one streamed request."""
+    body: dict[str, Any] = {
+        "model": req.lora or model,
+        "max_tokens": max(1, req.output_length),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if cfg.endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    if cfg.ignore_eos:
+        body["ignore_eos"] = True
+    if req.priority is not None:
+        body["priority"] = req.priority
+    return body
+
+
+def scheduled(requests: Iterable[TraceRequest], cfg: RunnerConfig) -> Iterator[tuple[float, TraceRequest]]:
+    """(seconds after start, request) in order, cut by max_requests and duration_s."""
+    limited = itertools.islice(requests, cfg.max_requests)
+    first_ts: float | None = None
+    for req in limited:
+        first_ts = req.timestamp_s if first_ts is None else first_ts
+        at = (req.timestamp_s - first_ts) / cfg.speedup
+        if cfg.duration_s is not None and at > cfg.duration_s:
+            return
+        yield at, req
+
+
+async def _default_model(session: aiohttp.ClientSession, base_url: str) -> str:
+    async with session.get(base_url.rstrip("/") + "/v1/models") as resp:
+        resp.raise_for_status()
+        data = (await resp.json()).get("data") or []
+    if not data:
+        raise RuntimeError(f"{base_url}/v1/models lists no model; pass --model")
+    return str(data[0]["id"])
+
+
+class OpenLoopRunner:
+    """Replays a workload against `cfg.target_url` and returns a `RunResult`."""
+
+    def __init__(self, cfg: RunnerConfig, builder: PromptBuilder | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.cfg = cfg
+        self.builder = builder or PromptBuilder()
+        self._clock = clock
+        self._start = 0.0
+        self._slots = asyncio.Semaphore(cfg.concurrency) if cfg.concurrency else None
+
+    def now_s(self) -> float:
+        """Seconds since the run started."""
+        return self._clock() - self._start
+
+    async def run(self, requests: Iterable[TraceRequest]) -> RunResult:
+        """Send every request at its time, wait for all, and summarize."""
+        timeout = aiohttp.ClientTimeout(total=self.cfg.request_timeout_s)
+        # limit=0: an open loop must never queue behind a connection-pool cap
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            model = self.cfg.model or await _default_model(session, self.cfg.target_url)
+            records = await self._dispatch(session, model, requests)
+        result = RunResult(summary=summarize(records, self.cfg.slo), requests=records,
+                           meta={"target": self.cfg.target_url, "model": model,
+                                 "speedup": self.cfg.speedup, **self.cfg.meta})
+        return result
+
+    async def _dispatch(self, session: aiohttp.ClientSession, model: str,
+                        requests: Iterable[TraceRequest]) -> list[RequestRecord]:
+        url = self.cfg.target_url.rstrip("/") + ENDPOINTS[self.cfg.endpoint]
+        tasks: list[asyncio.Task[RequestRecord]] = []
+        bar = tqdm(total=self.cfg.max_requests, unit="req", disable=not self._bar_wanted())
+        self._start = self._clock()
+        for index, (at, req) in enumerate(scheduled(requests, self.cfg)):
+            payload = build_payload(req, self.builder.build(req, index), model, self.cfg)
+            delay = at - self.now_s()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            rec = RequestRecord(index=index, session_id=req.session_id, scheduled_time_s=at)
+            task = asyncio.create_task(self._one(session, url, payload, rec))
+            task.add_done_callback(lambda _t: bar.update(1))
+            tasks.append(task)
+            await asyncio.sleep(0)  # let it start sending before the next prompt is built
+        records = list(await asyncio.gather(*tasks))
+        bar.close()
+        return records
+
+    async def _one(self, session: aiohttp.ClientSession, url: str, payload: dict[str, Any],
+                   rec: RequestRecord) -> RequestRecord:
+        if self._slots is None:
+            rec.send_time_s = self.now_s()
+            return await stream_request(session, url, payload, rec, self.now_s)
+        async with self._slots:
+            rec.send_time_s = self.now_s()
+            return await stream_request(session, url, payload, rec, self.now_s)
+
+    def _bar_wanted(self) -> bool:
+        return self.cfg.show_progress and sys.stderr.isatty()

@@ -1,0 +1,92 @@
+import itertools
+from collections import defaultdict
+
+import pytest
+
+from loadgen.readers import read_trace
+from loadgen.runner import OpenLoopRunner, RunnerConfig, build_payload, scheduled
+from loadgen.trace import TraceRequest
+from tests.conftest import REPO
+
+DATA = REPO / "tests" / "data" / "traces"
+
+
+async def test_replaying_a_minute_of_mooncake_at_speedup_10_matches_the_servers_usage(sse_server):
+    url, state = sse_server
+    cfg = RunnerConfig(target_url=url, speedup=10, show_progress=False)
+    result = await OpenLoopRunner(cfg).run(read_trace(DATA / "mooncake_conversation.first60s.jsonl"))
+    s = result.summary
+    assert (s.num_requests, s.num_ok, s.num_failed) == (162, 162, 0)
+    assert s.total_prompt_tokens == sum(u["prompt_tokens"] for u in state.usages)
+    assert s.total_completion_tokens == sum(u["completion_tokens"] for u in state.usages)
+    assert s.total_cached_tokens == sum(u["prompt_tokens_details"]["cached_tokens"] for u in state.usages)
+    trace = list(read_trace(DATA / "mooncake_conversation.first60s.jsonl"))
+    assert s.total_prompt_tokens == sum(r.input_length for r in trace)
+    assert s.total_completion_tokens == sum(r.output_length for r in trace)
+    # every request starts with the shared 512-token block 0, so the server saw prefix hits
+    assert s.prefix_hit_rate > 0 and s.requests_per_backend == {"replica-0": 162}
+    assert s.ttft_s.p50 is not None and s.e2e_s.p99 >= s.e2e_s.p50
+
+
+async def test_replay_keeps_the_three_second_bursts_scaled_by_speedup(sse_server):
+    url, _ = sse_server
+    cfg = RunnerConfig(target_url=url, speedup=10, max_requests=65, ignore_eos=False, show_progress=False)
+    requests = (TraceRequest(timestamp_s=r.timestamp_s, input_length=64, output_length=2)
+                for r in read_trace(DATA / "mooncake_conversation.first60s.jsonl"))
+    result = await OpenLoopRunner(cfg).run(requests)
+    ticks = defaultdict(list)
+    for rec in result.requests:
+        ticks[round(rec.scheduled_time_s, 1)].append(rec.send_time_s)
+    assert sorted(ticks) == [0.0, 0.3, 0.6, 0.9, 1.2, 1.5, 1.8]
+    assert [len(v) for _, v in sorted(ticks.items())] == [10, 16, 3, 9, 8, 15, 4]
+    for tick, sends in ticks.items():
+        # a burst leaves together, at its tick, not spread out by earlier requests
+        assert tick - 0.001 <= min(sends) and max(sends) < tick + 0.15
+
+
+async def test_send_times_stay_within_10_ms_of_schedule_at_200_rps_with_a_slow_backend(
+        slow_sse_server_process):
+    # the server runs in its own process and holds every request for a second (10 tokens, 0.1 s each)
+    cfg = RunnerConfig(target_url=slow_sse_server_process, show_progress=False)
+    requests = [TraceRequest(timestamp_s=i / 200, input_length=32, output_length=10) for i in range(300)]
+    result = await OpenLoopRunner(cfg).run(requests)
+    assert result.summary.num_ok == 300
+    lateness = sorted(r.lateness_s for r in result.requests)
+    assert result.summary.max_lateness_s == lateness[-1]
+    # never early; on time to 10 ms; a whole-process stall on a busy 2-core machine can delay the
+    # few requests due during it, so the bound is on the 90th percentile, with a generous maximum
+    assert lateness[0] >= -0.001
+    assert lateness[int(0.9 * len(lateness))] <= 0.010 and lateness[-1] <= 0.25
+    # open loop: when request 200 left, the 199 before it were all still streaming
+    assert all(r.e2e_s >= 1.0 for r in result.requests)
+    last_sent = result.requests[199].send_time_s
+    assert sum(r.send_time_s + r.e2e_s > last_sent for r in result.requests[:199]) == 199
+
+
+def test_scheduled_times_are_trace_offsets_divided_by_speedup_and_cut_by_duration():
+    reqs = [TraceRequest(timestamp_s=t, input_length=1, output_length=1) for t in (100.0, 101.0, 104.0, 110.0)]
+    cfg = RunnerConfig(target_url="http://127.0.0.1:1", speedup=2, duration_s=2.0)
+    assert [at for at, _ in scheduled(reqs, cfg)] == [0.0, 0.5, 2.0]
+    capped = RunnerConfig(target_url="http://127.0.0.1:1", max_requests=2)
+    assert len(list(scheduled(itertools.cycle(reqs), capped))) == 2
+
+
+def test_payload_streams_with_usage_and_sends_lora_as_the_model():
+    req = TraceRequest(timestamp_s=0, input_length=4, output_length=0, lora="sql", priority=2)
+    body = build_payload(req, "abcd", "base", RunnerConfig(target_url="http://x", endpoint="chat"))
+    assert body["model"] == "sql" and body["max_tokens"] == 1 and body["priority"] == 2
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["messages"] == [{"role": "user", "content": "abcd"}] and "prompt" not in body
+
+
+@pytest.mark.parametrize(("field", "value"), [("speedup", 0), ("concurrency", 0), ("endpoint", "embeddings")])
+def test_config_errors_name_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        RunnerConfig(target_url="http://x", **{field: value})
+
+
+async def test_an_unreachable_target_is_a_recorded_failure_not_a_crash(unused_tcp_port_factory):
+    cfg = RunnerConfig(target_url=f"http://127.0.0.1:{unused_tcp_port_factory()}", model="m", show_progress=False)
+    result = await OpenLoopRunner(cfg).run([TraceRequest(timestamp_s=0, input_length=4, output_length=2)])
+    assert result.summary.num_failed == 1
+    assert result.requests[0].error.startswith("ClientConnectorError")
