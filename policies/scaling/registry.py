@@ -21,7 +21,7 @@ from policies.scaling.base import ConfigError, ScalingLimits, ScalingPolicy
 
 ENTRY_POINT_GROUP = "flotilla.scaling_policies"
 # Modules of this package that hold no policy.
-_NOT_POLICIES = frozenset({"base", "registry", "fluid"})
+_NOT_POLICIES = frozenset({"base", "registry", "fluid", "observe"})
 
 
 @dataclass(frozen=True)
