@@ -136,3 +136,41 @@ async def test_no_ready_backend_answers_503_with_retry_after(fake_backend: Backe
             assert r.status == 503
     assert b.received == 0
     await asyncio.sleep(0)
+
+
+async def test_bad_input_gets_openai_errors_with_the_right_status(fake_backend: BackendFactory,
+                                                                  proxy_for: ProxyFactory) -> None:
+    b = await fake_backend()
+    p = await proxy_for([b], max_body_bytes=1000)
+    url = p.url + "/v1/chat/completions"
+    cases = [
+        (dict(data=b"{not json", headers={"Content-Type": "application/json"}), 400),
+        (dict(json={"model": "tiny-llama"}), 400),
+        (dict(json={"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]}), 404),
+        (dict(json={"model": "tiny-llama", "messages": [{"role": "user", "content": "x" * 2000}]}), 413),
+        (dict(data=b"hello", headers={"Content-Type": "text/plain"}), 415),
+    ]
+    async with aiohttp.ClientSession() as s:
+        for kwargs, status in cases:
+            async with s.post(url, **kwargs) as r:
+                assert r.status == status, kwargs
+                err = (await r.json())["error"]
+                assert set(err) == {"message", "type", "param", "code"} and "Traceback" not in err["message"]
+        async with s.get(p.url + "/nowhere") as r:
+            assert r.status == 404 and (await r.json())["error"]["type"] == "not_found_error"
+    assert b.received == 0
+
+
+async def test_sockets_on_both_sides_have_tcp_nodelay(fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    import socket
+
+    b = await fake_backend(chunks=50, chunk_delay_s=0.02)
+    p = await proxy_for([b])
+    async with aiohttp.ClientSession() as s:
+        async with s.post(p.url + "/v1/completions", json={"model": "tiny-llama", "prompt": "x", "stream": True}) as r:
+            await r.content.readany()
+            client_facing = [proto.transport for proto in p.runner.server.connections]
+            upstream = [t for t in (c.transport for c in p.proxy.session.connector._acquired) if t]
+            socks = [t.get_extra_info("socket") for t in client_facing + upstream]
+            assert len(socks) == 2
+            assert all(sk.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for sk in socks)

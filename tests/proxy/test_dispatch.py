@@ -1,0 +1,175 @@
+"""Forwarding under failure: disconnects, dead backends, retries, timeouts, bursts."""
+
+import asyncio
+import collections
+import json
+import time
+
+import aiohttp
+
+from proxy.config import RetryConfig, TimeoutConfig
+from tests.proxy.conftest import BackendFactory, ProxyFactory
+
+BODY = {"model": "tiny-llama", "prompt": "hello"}
+
+
+async def _sse_events(resp: aiohttp.ClientResponse) -> list[str]:
+    raw = (await resp.read()).decode()
+    return [e.removeprefix("data: ") for e in raw.split("\n\n") if e.startswith("data: ")]
+
+
+async def test_client_disconnect_cancels_the_upstream_request_within_a_second(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    b = await fake_backend(chunks=100, chunk_delay_s=0.05)
+    p = await proxy_for([b])
+    async with aiohttp.ClientSession() as s:
+        resp = await s.post(p.url + "/v1/completions", json={**BODY, "stream": True})
+        await resp.content.readany()
+        assert b.running == 1
+        resp.close()
+        left_at = time.monotonic()
+        for _ in range(100):
+            if b.running == 0:
+                break
+            await asyncio.sleep(0.01)
+    assert b.running == 0 and b.cancelled == 1
+    assert b.cancelled_at[0] - left_at < 1.0
+    assert p.proxy.pool.backends[0].in_flight == 0
+
+
+async def test_client_disconnect_while_waiting_for_the_first_byte_cancels_upstream(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    b = await fake_backend(first_byte_delay_s=30)
+    p = await proxy_for([b])
+    async with aiohttp.ClientSession() as s:
+        task = asyncio.create_task(s.post(p.url + "/v1/completions", json=BODY))
+        while b.running == 0:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        left_at = time.monotonic()
+        while b.running and time.monotonic() - left_at < 2:
+            await asyncio.sleep(0.01)
+    assert b.cancelled == 1 and b.cancelled_at[0] - left_at < 1.0
+
+
+async def test_backend_dying_before_the_first_byte_is_retried_on_another(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    dead = await fake_backend("dead", die_before_first_byte=True)
+    good = await fake_backend("good")
+    p = await proxy_for([dead, good], policy="round-robin")
+    async with aiohttp.ClientSession() as s:
+        async with s.post(p.url + "/v1/completions", json=BODY) as r:
+            assert r.status == 200
+            assert r.headers["x-flotilla-backend"] == good.url
+            assert (await r.json())["choices"][0]["text"].startswith("good-0")
+    assert dead.received == 1 and good.received == 1
+
+
+async def test_backend_stopped_entirely_is_retried_on_another(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    gone = await fake_backend("gone")
+    good = await fake_backend("good")
+    p = await proxy_for([gone, good], policy="round-robin")
+    await gone.stop()  # connections are now refused
+    async with aiohttp.ClientSession() as s:
+        for _ in range(2):
+            async with s.post(p.url + "/v1/completions", json=BODY) as r:
+                assert r.status == 200 and r.headers["x-flotilla-backend"] == good.url
+        async with s.get(p.url + "/metrics") as r:
+            assert 'flotilla_retries_total{reason="connect"}' in await r.text()
+
+
+async def test_backend_dying_mid_stream_ends_the_stream_with_an_error_event_and_done(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    b = await fake_backend("dies", chunks=10, die_after_chunks=3)
+    other = await fake_backend("other")
+    p = await proxy_for([b, other], policy="round-robin")
+    async with aiohttp.ClientSession() as s:
+        async with asyncio.timeout(5):
+            async with s.post(p.url + "/v1/chat/completions", json={
+                    "model": "tiny-llama", "messages": [{"role": "user", "content": "x"}], "stream": True}) as r:
+                assert r.status == 200 and r.headers["x-flotilla-backend"] == b.url
+                events = await _sse_events(r)
+    assert len(events) == 5
+    assert [json.loads(e)["choices"][0]["delta"]["content"] for e in events[:3]] == ["dies-0 ", "dies-1 ", "dies-2 "]
+    assert json.loads(events[3])["error"]["type"] == "bad_gateway_error"
+    assert events[4] == "[DONE]"
+    assert other.received == 0  # never retried once streaming began
+
+
+async def test_retryable_statuses_go_to_another_backend_and_429_retry_after_is_honoured(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    busy = await fake_backend("busy", status=429, retry_after="0.15")
+    good = await fake_backend("good")
+    p = await proxy_for([busy, good], policy="round-robin")
+    async with aiohttp.ClientSession() as s:
+        t0 = time.monotonic()
+        async with s.post(p.url + "/v1/completions", json=BODY) as r:
+            assert r.status == 200 and r.headers["x-flotilla-backend"] == good.url
+        assert time.monotonic() - t0 >= 0.15  # waited out the Retry-After (capped at 0.2 s)
+    assert busy.received == 1
+
+
+async def test_a_500_is_not_retried(fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    bad = await fake_backend("bad", status=500)
+    good = await fake_backend("good")
+    p = await proxy_for([bad, good], policy="round-robin")
+    async with aiohttp.ClientSession() as s:
+        async with s.post(p.url + "/v1/completions", json=BODY) as r:
+            assert r.status == 500 and r.headers["x-flotilla-backend"] == bad.url
+            assert (await r.json())["error"]["message"] == "bad says 500"
+    assert good.received == 0
+
+
+async def test_when_every_backend_answers_503_the_last_answer_is_relayed(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    one = await fake_backend("one", status=503)
+    two = await fake_backend("two", status=503)
+    p = await proxy_for([one, two], policy="round-robin", retry=RetryConfig(max_attempts=5, initial_backoff_s=0.01))
+    async with aiohttp.ClientSession() as s:
+        async with s.post(p.url + "/v1/completions", json=BODY) as r:
+            assert r.status == 503
+            assert (await r.json())["error"]["message"] == "two says 503"
+    assert one.received == 1 and two.received == 1  # each backend tried once, never twice
+
+
+async def test_first_byte_timeout_answers_504(fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    b = await fake_backend(first_byte_delay_s=5)
+    p = await proxy_for([b], timeouts=TimeoutConfig(connect_s=1, first_byte_s=0.2, idle_s=1, total_s=10))
+    async with aiohttp.ClientSession() as s:
+        async with s.post(p.url + "/v1/completions", json=BODY) as r:
+            assert r.status == 504
+            assert "first_byte_timeout" in (await r.json())["error"]["message"]
+    await asyncio.sleep(0.1)
+    assert b.cancelled == 1  # the abandoned request was aborted on the backend too
+
+
+async def test_idle_gap_between_chunks_ends_the_stream_with_an_error(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    b = await fake_backend(chunks=3, chunk_delay_s=1.0)
+    p = await proxy_for([b], timeouts=TimeoutConfig(connect_s=1, first_byte_s=2, idle_s=0.3, total_s=10))
+    async with aiohttp.ClientSession() as s:
+        async with asyncio.timeout(5):
+            async with s.post(p.url + "/v1/completions", json={**BODY, "stream": True}) as r:
+                events = await _sse_events(r)
+    assert "idle" in json.loads(events[0])["error"]["message"]
+    assert events[-1] == "[DONE]"
+
+
+async def _burst(p_url: str, n: int) -> collections.Counter:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+        async def one() -> str:
+            async with s.post(p_url + "/v1/completions", json=BODY) as r:
+                await r.read()
+                return r.headers["x-flotilla-backend"]
+        return collections.Counter(await asyncio.gather(*(one() for _ in range(n))))
+
+
+async def test_burst_of_200_spreads_evenly_over_8_backends(fake_backend: BackendFactory,
+                                                           proxy_for: ProxyFactory) -> None:
+    backends = [await fake_backend(f"b{i}", chunks=2, chunk_delay_s=0.05) for i in range(8)]
+    for policy in ("least-outstanding", "weighted"):
+        p = await proxy_for(backends, policy=policy)
+        counts = await _burst(p.url, 200)
+        assert sum(counts.values()) == 200
+        assert max(counts.values()) / (200 / 8) <= 1.25, (policy, counts)

@@ -1,0 +1,24 @@
+from proxy.usage import Usage, usage_from_json, usage_from_sse_tail
+from tests.conftest import SHARED
+
+REAL = SHARED / "real-engines"
+
+
+def _body(rel: str) -> bytes:
+    raw = (REAL / rel).read_bytes().replace(b"\r\n", b"\n")
+    return raw.split(b"\n\n", 1)[1]
+
+
+def test_usage_of_a_non_streamed_vllm_answer() -> None:
+    usage = usage_from_json(b'{"usage":{"prompt_tokens":11,"completion_tokens":71,'
+                            b'"prompt_tokens_details":{"cached_tokens":8}}}')
+    assert usage == Usage(prompt_tokens=11, cached_tokens=8) and usage.prefill_tokens == 3
+
+
+def test_usage_chunk_at_the_end_of_a_real_llama_server_stream() -> None:
+    usage = usage_from_sse_tail(_body("llama.cpp/021_chat_stream_include_usage.http")[-8192:])
+    assert usage == Usage(prompt_tokens=19, cached_tokens=18)
+
+
+def test_a_stream_without_usage_gives_none() -> None:
+    assert usage_from_sse_tail(b'data: {"choices":[{"text":"a"}]}\n\ndata: [DONE]\n\n') is None
