@@ -39,7 +39,7 @@ def test_lora_scorer_prefers_the_backend_running_the_adapter():
     assert decide(backends, RequestInfo(lora="sql")) == (1, "lora")
 
 
-def test_burst_of_one_prompt_spreads_within_a_quarter_of_the_mean():
+def test_burst_of_one_prompt_spreads_evenly_once_affinity_yields():
     policy = create_policy("weighted")
     counts = [0] * 8
     for _ in range(200):
