@@ -64,12 +64,25 @@ class VllmScheduler:
     def add_request(self, request: EngineRequest) -> None:
         """Queue a request; RequestRejected when prompt + max_tokens exceeds max_model_len."""
         check_context(request, self.max_model_len)
+        self._check_fits_kv(request)
         if request.request_id in self.requests:
             raise ValueError(f"request id {request.request_id!r} is already in the engine")
         request.status = RequestStatus.WAITING
         self.requests[request.request_id] = request
         self._streams[request.request_id] = token_stream(self.config.seed, request.request_id)
         self.waiting.append(request)
+
+    def _check_fits_kv(self, request: EngineRequest) -> None:
+        """Reject a request the whole cache could never hold (the last sampled token needs no slot).
+
+        Only reachable when max_model_len sits within one block of the cache size."""
+        most_computed = request.num_prompt_tokens + request.max_tokens - 1
+        usable_tokens = self.kv_cache_manager.block_pool.num_usable_blocks * self.config.block_size
+        if most_computed > usable_tokens:
+            raise RequestRejected(
+                f"The request needs {most_computed} tokens of KV cache but only {usable_tokens} "
+                f"can be stored. Please reduce the length of the input prompt or max_tokens.",
+                request.num_prompt_tokens, usable_tokens)
 
     def abort_request(self, request_id: str) -> bool:
         """Drop a request and free its blocks now; False when unknown or already finished."""

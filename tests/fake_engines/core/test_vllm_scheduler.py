@@ -216,3 +216,13 @@ def test_requests_beyond_max_model_len_are_rejected(prompt_len, max_tokens, frag
         sched.add_request(_req("x", [1] * prompt_len, output_len=max_tokens))
     assert fragment in err.value.message
     assert (err.value.n_prompt_tokens, err.value.n_ctx) == (prompt_len, 2048)
+
+
+def test_request_the_whole_cache_cannot_hold_is_rejected_instead_of_waiting_forever():
+    # 3 blocks of 4 tokens, one of them vLLM's null block: 8 usable token slots.
+    sched = VllmScheduler(VllmSchedulerConfig(num_gpu_blocks=3, block_size=4, max_model_len=12))
+    sched.add_request(_req("fits", [1] * 5, output_len=4))
+    with pytest.raises(RequestRejected) as err:
+        sched.add_request(_req("too-big", [1] * 6, output_len=4))
+    assert (err.value.n_prompt_tokens, err.value.n_ctx) == (6, 8)
+    assert len(_run(sched)) == 4
