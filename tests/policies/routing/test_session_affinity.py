@@ -62,3 +62,18 @@ def test_session_moves_off_a_missing_home_and_back_when_it_returns():
     others = [b for b in backends if b.index != home]
     assert policy.select(others, RequestInfo(session_key="s")).index != home
     assert policy.select(backends, RequestInfo(session_key="s")).index == home
+
+
+def test_sticky_places_a_new_session_on_the_least_loaded_and_keeps_it_there():
+    policy = create_policy("session-affinity:home=sticky,max_sessions=2")
+    first = policy.select(views(3, in_flight=[2, 0, 1]), RequestInfo(session_key="a"))
+    assert (first.index, first.rule) == (1, "new-session")
+    assert policy.select(views(3, in_flight=[0, 5, 0]), RequestInfo(session_key="a")).index == 1
+    # Its backend gone, the session is pinned afresh on the least loaded.
+    moved = policy.select([views(3, in_flight=[3, 0, 1])[i] for i in (0, 2)], RequestInfo(session_key="a"))
+    assert (moved.index, moved.rule) == (2, "new-session")
+    # Only two sessions are remembered: "a" is forgotten after "b" and "c".
+    policy.select(views(3), RequestInfo(session_key="b"))
+    policy.select(views(3), RequestInfo(session_key="c"))
+    again = policy.select(views(3, in_flight=[0, 1, 1]), RequestInfo(session_key="a"))
+    assert (again.index, again.rule) == (0, "new-session")
