@@ -158,3 +158,12 @@ def test_entry_point_plugin_is_listed_without_import_and_built_on_demand(plugin_
     with pytest.raises(ConfigError) as err:
         create_policy("last:offset=-1")
     assert err.value.field == "offset"
+
+
+def test_a_policy_built_without_a_config_gets_its_defaults():
+    from policies.routing.prefix_aware import PrefixAware, PrefixAwareConfig
+    from policies.routing.round_robin import RoundRobin
+
+    assert PrefixAware().config == PrefixAwareConfig()
+    assert PrefixAware().config.balance_abs_threshold == 64
+    assert RoundRobin().select(views(2), RequestInfo()).index == 0
