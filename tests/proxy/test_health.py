@@ -1,0 +1,87 @@
+"""Probes move backends between starting, ready and ejected; the breaker closes again on success."""
+
+import asyncio
+import socket
+
+import aiohttp
+
+from policies.routing.base import BackendState
+from proxy.config import BreakerConfig, HealthConfig
+from tests.proxy.conftest import BackendFactory, FakeBackend, ProxyFactory
+
+SLOW_LOOP = HealthConfig(interval_s=100.0, timeout_s=0.5)  # probes are driven by hand below
+LOADING = b'{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}'
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_llama_server_loading_stays_starting_then_becomes_ready(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    b = await fake_backend(health_status=503, health_body=LOADING)
+    p = await proxy_for([b], health=SLOW_LOOP)
+    backend = p.proxy.pool.backends[0]
+    for _ in range(5):  # never counted as failures, however long it loads
+        await p.proxy.health.check_all()
+    assert backend.state is BackendState.STARTING and backend.breaker.failures == 0
+    b.knobs.health_status = 200
+    await p.proxy.health.check_all()
+    assert backend.state is BackendState.READY
+
+
+async def test_vllm_refusing_connections_while_loading_is_starting_not_failed(proxy_for: ProxyFactory) -> None:
+    port = free_port()
+    late = FakeBackend(name="late", port=port)
+    p = await proxy_for([late], health=SLOW_LOOP)
+    backend = p.proxy.pool.backends[0]
+    for _ in range(3):
+        await p.proxy.health.check_all()
+    assert backend.state is BackendState.STARTING and backend.breaker.failures == 0
+    await late.start(port)
+    try:
+        await p.proxy.health.check_all()
+        assert backend.state is BackendState.READY
+        assert backend.discovered_models == frozenset({"tiny-llama"})
+    finally:
+        await late.stop()
+
+
+async def test_failing_probes_eject_and_successes_after_the_open_time_restore(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    b = await fake_backend()
+    p = await proxy_for([b], health=SLOW_LOOP,
+                        breaker=BreakerConfig(failure_threshold=2, success_threshold=2, open_s=0.2))
+    backend = p.proxy.pool.backends[0]
+    b.knobs.health_status = 500
+    await p.proxy.health.check_all()
+    assert backend.state is BackendState.READY
+    await p.proxy.health.check_all()
+    assert backend.state is BackendState.EJECTED
+    b.knobs.health_status = 200
+    await p.proxy.health.check_all()  # still open: not even probed
+    assert backend.state is BackendState.EJECTED
+    await asyncio.sleep(0.25)
+    await p.proxy.health.check_all()
+    assert backend.state is BackendState.EJECTED  # one half-open success of the two needed
+    await p.proxy.health.check_all()
+    assert backend.state is BackendState.READY
+    async with aiohttp.ClientSession() as s:
+        async with s.get(p.url + "/metrics") as r:
+            assert f'flotilla_backend_ejections_total{{backend="{b.url}"}} 1.0' in await r.text()
+
+
+async def test_failing_requests_eject_a_backend_and_traffic_moves_away(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    bad = await fake_backend("bad", status=502)
+    good = await fake_backend("good")
+    p = await proxy_for([bad, good], policy="round-robin", health=SLOW_LOOP,
+                        breaker=BreakerConfig(failure_threshold=2, success_threshold=1, open_s=60))
+    async with aiohttp.ClientSession() as s:
+        for _ in range(6):
+            async with s.post(p.url + "/v1/completions", json={"model": "tiny-llama", "prompt": "x"}) as r:
+                assert r.status == 200 and r.headers["x-flotilla-backend"] == good.url
+    assert p.proxy.pool.backends[0].state is BackendState.EJECTED
+    assert bad.received == 2  # ejected after two failures, then left alone

@@ -1,0 +1,48 @@
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from policies.routing.base import BackendState
+from proxy.config import BackendSpec, ConfigError, parse_fleet
+from tests.proxy.conftest import BackendFactory, ProxyFactory
+
+
+def write_fleet(path: Path, urls: list[str], stamp: int) -> None:
+    lines = ["proxy:", "  policy: round-robin", "  backends:"]
+    lines += [f"    - {{url: '{u}', flavor: vllm, models: [tiny-llama]}}" for u in urls]
+    path.write_text("\n".join(lines) + "\n")
+    os.utime(path, (stamp, stamp))  # mtime moves even within one clock tick
+
+
+def test_fleet_file_backends_and_policy() -> None:
+    fleet = parse_fleet("policy: weighted\nbackends:\n  - http://127.0.0.1:1\n"
+                        "  - {url: 'http://127.0.0.1:2/', flavor: llamacpp, models: m, weight: 3}\n")
+    assert fleet.policy == "weighted"
+    assert fleet.backends == (BackendSpec("http://127.0.0.1:1"),
+                              BackendSpec("http://127.0.0.1:2", "llamacpp", ("m",), 3.0))
+    with pytest.raises(ConfigError) as exc:
+        parse_fleet("backends:\n  - {url: 'http://x:1', flavor: sglang}\n")
+    assert exc.value.field == "flavor"
+
+
+async def test_changed_fleet_file_adds_and_drains_backends(fake_backend: BackendFactory, proxy_for: ProxyFactory,
+                                                           tmp_path: Path) -> None:
+    a = await fake_backend("a")
+    b = await fake_backend("b")
+    path = tmp_path / "fleet.yaml"
+    write_fleet(path, [a.url], 1_000_000)
+    p = await proxy_for([a], config_path=path,
+                        reload_interval_s=0.05)
+    write_fleet(path, [b.url], 1_000_100)
+    for _ in range(100):
+        if [x.url for x in p.proxy.pool] == [b.url] and p.proxy.pool.backends[0].state is BackendState.READY:
+            break
+        await asyncio.sleep(0.02)
+    assert [x.url for x in p.proxy.pool] == [b.url]
+    assert p.proxy.pool.backends[0].state is BackendState.READY
+    path.write_text("backends: [ {url: 'not a url'} ]\n")  # a broken edit keeps the last good pool
+    os.utime(path, (1_000_200, 1_000_200))
+    await asyncio.sleep(0.2)
+    assert [x.url for x in p.proxy.pool] == [b.url]
