@@ -16,8 +16,8 @@ HELP = "replay a traffic profile through a scaling policy with cold starts (flui
 DESCRIPTION = (
     "A fluid what-if: requests as fractions per second, one decision per policy interval, new\n"
     "replicas ready after the cold start. Prints ready, starting and waiting every report period\n"
-    "and the peak queue. --capacity/--target/--interval/--drain-s fill the policy's settings of\n"
-    "the same meaning unless --policy sets them.\n\n"
+    "and the peak queue. --capacity, and --target/--interval/--drain-s when given, fill the\n"
+    "policy's settings of the same meaning unless --policy sets them.\n\n"
     "example (the seed lesson's Example 18):\n"
     "  flotilla plan autoscale --capacity 2 --target 0.8 --interval 30 --drain-s 60 \\\n"
     "      --cold-start 70,190 --rate 0:2,120:2,240:8,600:8 --duration 600"
@@ -26,9 +26,10 @@ DESCRIPTION = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--capacity", type=float, default=2.0, help="requests per second one replica serves")
-    parser.add_argument("--target", type=float, default=0.8, help="target utilisation of a replica (0, 1]")
-    parser.add_argument("--interval", type=float, default=30.0, help="seconds between decisions")
-    parser.add_argument("--drain-s", type=float, default=60.0, help="seconds to work off the waiting requests")
+    # None: leave the policy's own default (KPA's 2 s tick is not seed's 30 s interval)
+    parser.add_argument("--target", type=float, help="target utilisation of a replica (0, 1]; seed: 0.8")
+    parser.add_argument("--interval", type=float, help="seconds between decisions; seed: 30")
+    parser.add_argument("--drain-s", type=float, help="seconds to work off the waiting requests; seed: 60")
     parser.add_argument("--cold-start", default="70", help="cold start seconds; a comma list runs one table each")
     parser.add_argument("--rate", default="0:2,120:2,240:8,600:8",
                         help="piecewise-linear arrival rate as time_s:rps points")
@@ -55,8 +56,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _simulate_all(args: argparse.Namespace) -> list[FluidRun]:
-    defaults = {"capacity_rps": args.capacity, "target_utilization": args.target,
-                "interval_s": args.interval, "drain_s": args.drain_s}
+    given = {"capacity_rps": args.capacity, "target_utilization": args.target,
+             "interval_s": args.interval, "drain_s": args.drain_s}
+    defaults = {k: v for k, v in given.items() if v is not None}
     rate = RateProfile.parse(args.rate)
     runs = []
     for cold_start_s in _cold_starts(args.cold_start):

@@ -100,7 +100,7 @@ class KpaPolicy(ScalingPolicy):
         if self.panicking:
             self.max_panic_pods = max(self.max_panic_pods, stable, panic)
             return Recommendation(self.max_panic_pods, Reason.PANIC, f"{detail}; panicking")
-        return self._grace_for_zero(Recommendation(stable, compare(stable, fleet.current), detail), fleet.now_s)
+        return self._grace_for_zero(Recommendation(stable, compare(stable, fleet.current), detail), fleet)
 
     def _bounded(self, desired: int, ready: int) -> int:
         low = math.floor(ready / self.config.max_scale_down_rate)
@@ -114,9 +114,12 @@ class KpaPolicy(ScalingPolicy):
             self.panic_time_s = None
             self.max_panic_pods = 0
 
-    def _grace_for_zero(self, rec: Recommendation, now_s: float) -> Recommendation:
+    def _grace_for_zero(self, rec: Recommendation, fleet: FleetState) -> Recommendation:
+        now_s = fleet.now_s
         if rec.desired > 0:
             self.zero_since_s = None
+            return rec
+        if fleet.current == 0:  # already at zero: the grace only guards the last replica
             return rec
         if self.zero_since_s is None:
             self.zero_since_s = now_s

@@ -11,7 +11,8 @@ totals (waiting, running, deferred, processing, arrival rate, concurrency) and t
 signals that are already averages (KV-cache usage, TTFT percentiles). Recommendations are then
 stabilised as HPA's `behavior` does: scale up to the lowest recommendation of the last
 `up_window_s` (0 s: at once) and down only to the highest of the last `down_window_s` (300 s).
-With no ready replica the rule holds (HPA cannot measure a fleet of zero), keeping at least one.
+With no ready replica the rule holds (HPA cannot measure a fleet of zero), but asks for at least
+one replica while the metric is above zero (requests held by the proxy count as waiting).
 """
 
 from __future__ import annotations
@@ -89,8 +90,9 @@ class TargetTrackingPolicy(ScalingPolicy):
         value = signal_value(history[-1], cfg.metric) if history else None
         if value is None:
             return Recommendation(fleet.current, Reason.NO_SIGNAL, f"no {cfg.metric} sample")
-        if fleet.ready == 0:
-            return Recommendation(max(1, fleet.current), Reason.NO_SIGNAL, "no ready replica to measure")
+        if fleet.ready == 0:  # HPA cannot measure an empty fleet; demand alone brings one replica
+            desired = max(1, fleet.current) if value > 0 else fleet.current
+            return Recommendation(desired, Reason.NO_SIGNAL, f"no ready replica to measure; {cfg.metric} {value:g}")
         per_replica = value if cfg.metric in AVERAGED_SIGNALS else value / fleet.ready
         ratio = per_replica / cfg.target
         detail = f"{cfg.metric} {per_replica:.3g} per replica / target {cfg.target:g} = {ratio:.3f}"

@@ -93,3 +93,15 @@ def test_bad_input_exits_2_with_a_message_naming_the_field(
     captured = capsys.readouterr()
     assert message in captured.err
     assert "Traceback" not in captured.err
+
+
+def test_flags_not_given_leave_the_policy_its_own_interval(capsys: pytest.CaptureFixture[str]) -> None:
+    # KPA ticks every 2 s: asked for zero first at t=1, the idle replica goes at t=31 (30 s grace)
+    argv = ["plan", "autoscale", "--policy", "kpa:min_replicas=0", "--rate", "0:0", "--duration", "60",
+            "--report-every", "10", "--json"]
+    assert main(argv) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert [row["ready"] for row in run["rows"]] == [1, 1, 1, 0, 0, 0]
+    assert main([*argv, "--interval", "30"]) == 0  # decisions at t=29 and t=59 only
+    (slow,) = json.loads(capsys.readouterr().out)["runs"]
+    assert [row["ready"] for row in slow["rows"]] == [1, 1, 1, 1, 1, 1]

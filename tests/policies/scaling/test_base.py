@@ -15,6 +15,7 @@ from policies.scaling.base import (
     signal_value,
     window_mean,
 )
+from policies.scaling.registry import create_policy
 
 READY, STARTING, DRAINING = ReplicaState.READY, ReplicaState.STARTING, ReplicaState.DRAINING
 
@@ -111,3 +112,17 @@ def test_default_drain_order_is_kubernetes_starting_first_then_newest_ready() ->
 
 def test_interval_defaults_to_15_s_without_a_config_field() -> None:
     assert Fixed(config=1).interval_s == 15.0
+
+
+@pytest.mark.parametrize("spec", ["seed", "target-tracking", "kpa:min_replicas=0", "cold-start-aware"])
+def test_every_policy_starts_a_replica_for_requests_held_by_an_empty_fleet(spec: str) -> None:
+    held = [ScalingSignals(t, arrival_rate_rps=0.5, num_requests_waiting=3) for t in range(31)]
+    decision = create_policy(spec).decide(held, FleetState(30))
+    assert (decision.desired, decision.drain) == (1, ())
+
+
+@pytest.mark.parametrize("spec", ["seed:min_replicas=0", "target-tracking:min_replicas=0",
+                                  "kpa:min_replicas=0", "cold-start-aware:min_replicas=0"])
+def test_no_policy_starts_a_replica_for_an_idle_empty_fleet(spec: str) -> None:
+    idle = [ScalingSignals(t, arrival_rate_rps=0.0, num_requests_waiting=0, num_requests_running=0) for t in range(31)]
+    assert create_policy(spec).decide(idle, FleetState(30)).desired == 0
