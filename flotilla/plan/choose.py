@@ -9,6 +9,7 @@ from dataclasses import asdict
 
 from fake_engines.perf.catalogue import load_catalogue
 from fake_engines.perf.chooser import Deployment, choose_layout
+from fake_engines.perf.rounding import fixed
 
 HELP = "how many GPUs, and which split (TP, PP, replicas, expert parallel) for given weights and GPUs"
 DESCRIPTION = """\
@@ -76,4 +77,5 @@ def _deployment(args: argparse.Namespace) -> Deployment:
 def _label(d: Deployment) -> str:
     nodes = f"{d.nodes} nodes x " if d.nodes > 1 else ""
     link = "NVLink" if d.nvlink else "PCIe"
-    return f"{round(d.weights_gb, 1):g} GB, {nodes}{d.gpus_per_node} x {d.gpu_memory_gb:g} GB {link}"
+    weights = fixed(d.weights_gb, 1).removesuffix(".0")
+    return f"{weights} GB, {nodes}{d.gpus_per_node} x {d.gpu_memory_gb:g} GB {link}"

@@ -59,3 +59,12 @@ def test_help_explains_the_kv_reserve(capsys: pytest.CaptureFixture[str]) -> Non
     with pytest.raises(SystemExit):
         main(["plan", "choose", "--help"])
     assert "kept for the KV cache" in capsys.readouterr().out
+
+
+def test_default_label_rounds_weights_like_plan_fit(capsys: pytest.CaptureFixture[str]) -> None:
+    # 32.8e9 x 4.5 / 8 = 18.45 GB: printed half-up as 18.5, the figure `plan fit` shows
+    assert main(["plan", "choose", "--model", "qwen2.5-32b", "--bits", "4.5", "--gpu", "rtx4090",
+                 "--gpus-per-node", "2"]) == 0
+    assert capsys.readouterr().out.startswith("18.5 GB, 2 x 24 GB PCIe          needs 2 GPU(s)")
+    assert main(["plan", "choose", "--weights-gb", "405", "--gpu", "h100", "--nodes", "2"]) == 0
+    assert capsys.readouterr().out.startswith("405 GB, 2 nodes x 8 x 80 GB NVLink needs 9 GPU(s)")
