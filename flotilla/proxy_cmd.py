@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 from pathlib import Path
 
 HELP = "run the OpenAI-compatible streaming router in front of engine replicas"
@@ -94,16 +95,20 @@ def _loop_factory():
 
 
 def run(args: argparse.Namespace) -> int:
+    import random
+
+    from proxy.app import create_policy
     from proxy.config import ConfigError
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = build_config(args)
+        create_policy(config.policy, random.Random())  # a bad spec fails here, with the valid names
     except (ConfigError, OSError, ValueError) as exc:
-        print(f"flotilla proxy: {exc}")
+        print(f"flotilla proxy: {exc}", file=sys.stderr)
         return 2
     if not config.backends and config.config_path is None:
-        print("flotilla proxy: give at least one --backend URL or --config fleet.yaml")
+        print("flotilla proxy: give at least one --backend URL or --config fleet.yaml", file=sys.stderr)
         return 2
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         runner.run(serve(config))

@@ -1,0 +1,45 @@
+"""`flotilla proxy` as a real subprocess in front of an in-process backend."""
+
+import asyncio
+import signal
+import subprocess
+import sys
+
+import aiohttp
+
+from tests.proxy.conftest import FakeBackend
+
+
+async def test_flotilla_proxy_serves_and_stops_cleanly_on_sigterm() -> None:
+    backend = FakeBackend(name="solo")
+    await backend.start()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "flotilla", "proxy", "--port", "0", "--policy", "round-robin",
+        "--backend", f"vllm={backend.url}", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+        assert line.startswith("flotilla proxy listening on http://127.0.0.1:")
+        url = line.split()[4]
+        async with aiohttp.ClientSession() as s:
+            async with s.post(url + "/v1/completions", json={"model": "tiny-llama", "prompt": "x"}) as r:
+                assert r.status == 200 and r.headers["x-flotilla-backend"] == backend.url
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await backend.stop()
+
+
+def test_unknown_policy_is_a_usage_error_listing_the_valid_ones() -> None:
+    out = subprocess.run([sys.executable, "-m", "flotilla", "proxy", "--backend", "http://127.0.0.1:1",
+                          "--policy", "no-such"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "round-robin" in out.stderr
+
+
+def test_bad_backend_flavor_names_the_field() -> None:
+    out = subprocess.run([sys.executable, "-m", "flotilla", "proxy", "--backend", "sglang=http://127.0.0.1:1"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "flavor" in out.stderr
