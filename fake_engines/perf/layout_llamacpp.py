@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fake_engines.perf.batch import Layout
+
 CPU = "CPU"
 
 
@@ -82,6 +84,19 @@ class LlamaCppSplit:
     def gpu_layer_fraction(self) -> float:
         """Share of the repeating layers on GPUs, in [0, 1]."""
         return (self.n_layer - self.cpu_layers) / self.n_layer if self.n_layer else 0.0
+
+    @property
+    def gpus_used(self) -> int:
+        """GPUs that hold at least one layer or the output layer."""
+        return len({d for d in self.devices if d != CPU})
+
+    def engine_layout(self, link: str = "pcie4") -> Layout:
+        """The step-time model's view: one stage per GPU used, the CPU share via gpu_layer_fraction.
+
+        llama.cpp decodes one batch at a time, so its step is the one-batch time through all
+        stages (``step_time_s``), not the interval between batches of a filled pipeline.
+        """
+        return Layout(pp=max(self.gpus_used, 1), link=link, gpu_layer_fraction=self.gpu_layer_fraction)
 
     def describe(self) -> str:
         """One line as the lesson prints it: ranges, then where the output layer is."""

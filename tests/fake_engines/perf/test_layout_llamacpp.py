@@ -72,3 +72,13 @@ def test_bad_proportions_are_rejected_with_the_field_name() -> None:
         assign_layers(32, 99, [1, -1])
     with pytest.raises(ValueError, match="n_layer"):
         assign_layers(0, 99, [1])
+
+
+def test_engine_layout_has_a_stage_per_gpu_used_and_the_gpu_share() -> None:
+    partial = assign_layers(32, 20, [1, 1]).engine_layout()
+    assert (partial.tp, partial.pp, partial.gpu_layer_fraction, partial.link) == (1, 2, 19 / 32, "pcie4")
+    only_output = assign_layers(32, 1, [1, 1])
+    assert only_output.gpus_used == 1
+    assert only_output.engine_layout("nvlink").pp == 1
+    cpu_only = assign_layers(32, 0, [1, 1]).engine_layout()
+    assert (cpu_only.pp, cpu_only.gpu_layer_fraction) == (1, 0.0)
