@@ -46,13 +46,13 @@ class VllmSchedulerConfig:
     """Seeds the generated token ids (with each request id)."""
 
     def __post_init__(self) -> None:
+        if self.num_gpu_blocks < 2:
+            raise ConfigError("num_gpu_blocks", self.num_gpu_blocks, "must be >= 2 (block 0 is reserved)")
         if self.max_model_len is None:
             self.max_model_len = (self.num_gpu_blocks - 1) * self.block_size
         for name in ("num_gpu_blocks", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
                      "block_size", "max_loras", "max_concurrent_batches"):
             _require_positive(name, getattr(self, name))
-        if self.num_gpu_blocks < 2:
-            raise ConfigError("num_gpu_blocks", self.num_gpu_blocks, "must be >= 2 (block 0 is reserved)")
         kv_tokens = self.num_gpu_blocks * self.block_size
         if kv_tokens < self.max_model_len:
             raise ConfigError("num_gpu_blocks", self.num_gpu_blocks,
