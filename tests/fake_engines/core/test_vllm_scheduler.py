@@ -85,7 +85,12 @@ def test_preempted_request_recomputes_and_still_yields_all_its_tokens():
     sched = _small_kv()
     for i in range(4):
         sched.add_request(_req(f"r{i}", list(range(10 * i, 10 * i + 8)), output_len=8))
-    outputs = _run(sched)
+    steps, outputs = [], []
+    while (step := sched.schedule()) is not None:
+        steps.append(step)
+        outputs += sched.finish_step(step)
+    assert [s.step_id for s in steps if "r2" in s.resumed_request_ids] != []
+    assert not any("r2" in s.new_request_ids for s in steps[1:])
     tokens: dict[str, int] = {}
     for out in outputs:
         tokens[out.request_id] = tokens.get(out.request_id, 0) + len(out.new_token_ids)
