@@ -234,15 +234,22 @@ class ScalingLimits:
 def apply_limits(rec: Recommendation, fleet: FleetState, limits: ScalingLimits) -> Recommendation:
     """Bound a recommendation by min/max replicas, the scale-up step and the scale-down cooldown."""
     current = fleet.current
-    if rec.desired > limits.max_replicas:
-        return Recommendation(limits.max_replicas, Reason.MAX_REPLICAS, f"{rec.detail}; capped at max_replicas")
-    if rec.desired < limits.min_replicas:
-        rec = Recommendation(limits.min_replicas, Reason.MIN_REPLICAS, f"{rec.detail}; raised to min_replicas")
+    rec = _clamp(rec, limits)
     if limits.max_scale_up_step is not None and rec.desired > current + limits.max_scale_up_step:
         step = limits.max_scale_up_step
         return Recommendation(current + step, Reason.MAX_STEP, f"{rec.detail}; step capped at +{step}")
-    if rec.desired < current and current <= limits.max_replicas and _cooling_down(fleet, limits):
+    if rec.desired < current and _cooling_down(fleet, limits):
+        if current > limits.max_replicas:  # the ceiling does not wait for the cooldown
+            return Recommendation(limits.max_replicas, Reason.MAX_REPLICAS, f"{rec.detail}; down to max_replicas")
         return Recommendation(current, Reason.COOLDOWN, f"{rec.detail}; scale-down waits for the cooldown")
+    return rec
+
+
+def _clamp(rec: Recommendation, limits: ScalingLimits) -> Recommendation:
+    if rec.desired > limits.max_replicas:
+        return Recommendation(limits.max_replicas, Reason.MAX_REPLICAS, f"{rec.detail}; capped at max_replicas")
+    if rec.desired < limits.min_replicas:
+        return Recommendation(limits.min_replicas, Reason.MIN_REPLICAS, f"{rec.detail}; raised to min_replicas")
     return rec
 
 
@@ -274,15 +281,18 @@ class ScalingPolicy:
         """The decision at `fleet.now_s` from the samples taken up to then."""
         rec = apply_limits(self.recommend(history, fleet), fleet, self.limits)
         surplus = fleet.current - rec.desired
-        drain = self.choose_drain(fleet, surplus) if surplus > 0 else ()
-        return ScalingDecision(rec.desired, rec.reason, rec.detail, tuple(drain))
+        drain = tuple(self.choose_drain(fleet, surplus)) if surplus > 0 else ()
+        if len(drain) < surplus:  # the policy keeps some replicas it may not drain (loading ones)
+            kept = surplus - len(drain)
+            return ScalingDecision(rec.desired + kept, rec.reason, f"{rec.detail}; {kept} kept: not drainable", drain)
+        return ScalingDecision(rec.desired, rec.reason, rec.detail, drain)
 
     def recommend(self, history: Sequence[ScalingSignals], fleet: FleetState) -> Recommendation:
         raise NotImplementedError
 
     def choose_drain(self, fleet: FleetState, count: int) -> list[str]:
-        """Replicas to remove, in Kubernetes ReplicaSet order: not-ready (starting) first, then
-        ready; newest first within each."""
+        """Up to `count` replicas to remove (fewer where a policy protects some), in Kubernetes
+        ReplicaSet order: not-ready (starting) first, then ready; newest first within each."""
         starting = sorted(fleet.in_state(ReplicaState.STARTING), key=lambda r: (-r.started_at_s, r.replica_id))
         ready = sorted(fleet.in_state(ReplicaState.READY), key=lambda r: (-r.started_at_s, r.replica_id))
         return [r.replica_id for r in (starting + ready)[:count]]

@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from policies.scaling.base import (
     ConfigError,
@@ -92,7 +94,12 @@ def test_cooldown_holds_a_scale_down_but_never_a_scale_up() -> None:
 
 def test_cooldown_does_not_keep_a_fleet_above_max_replicas() -> None:
     out = apply_limits(Recommendation(4, Reason.SCALE_DOWN), fleet(8, last_scaled_at_s=999), ScalingLimits(max_replicas=6))
-    assert out.desired == 4
+    assert (out.desired, out.reason) == (6, Reason.MAX_REPLICAS)
+
+
+def test_max_step_also_applies_when_the_ceiling_cut_the_recommendation() -> None:
+    out = apply_limits(rec(9), fleet(0), ScalingLimits(max_replicas=6, max_scale_up_step=2))
+    assert (out.desired, out.reason) == (2, Reason.MAX_STEP)
 
 
 class Fixed(ScalingPolicy):
@@ -126,3 +133,53 @@ def test_every_policy_starts_a_replica_for_requests_held_by_an_empty_fleet(spec:
 def test_no_policy_starts_a_replica_for_an_idle_empty_fleet(spec: str) -> None:
     idle = [ScalingSignals(t, arrival_rate_rps=0.0, num_requests_waiting=0, num_requests_running=0) for t in range(31)]
     assert create_policy(spec).decide(idle, FleetState(30)).desired == 0
+
+
+replica_states = st.sampled_from([READY, STARTING, DRAINING])
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> FleetState:
+    states = draw(st.lists(replica_states, max_size=12))
+    now_s = 600.0
+    replicas = tuple(
+        ReplicaInfo(f"r{i}", s, draw(st.floats(0, 590)), None if s is STARTING else 599.0,
+                    in_flight=draw(st.integers(0, 5)), unique_cached_prefixes=draw(st.integers(0, 5)))
+        for i, s in enumerate(states))
+    last = draw(st.one_of(st.none(), st.floats(0, 600)))
+    return FleetState(now_s, replicas, draw(st.one_of(st.none(), st.floats(1, 300))), last)
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[ScalingSignals]:
+    rate = draw(st.floats(0, 50))
+    waiting = draw(st.floats(0, 500))
+    running = draw(st.floats(0, 100))
+    return [ScalingSignals(float(t), arrival_rate_rps=rate, num_requests_waiting=waiting,
+                           num_requests_running=running) for t in range(300, 601)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(spec=st.sampled_from(["seed:scale_down=true", "target-tracking", "kpa", "cold-start-aware"]),
+       fleet=fleets(), history=histories(), min_replicas=st.integers(0, 3), max_replicas=st.integers(3, 8),
+       step=st.one_of(st.none(), st.integers(1, 3)))
+def test_every_decision_honours_the_limits_and_drains_exactly_the_surplus(
+        spec: str, fleet: FleetState, history: list[ScalingSignals],
+        min_replicas: int, max_replicas: int, step: int | None) -> None:
+    limits = f"min_replicas={min_replicas},max_replicas={max_replicas},max_scale_up_step={step}"
+    policy = create_policy(f"{spec},{limits}" if ":" in spec else f"{spec}:{limits}")
+    decision = policy.decide(history, fleet)
+    by_id = {r.replica_id: r for r in fleet.replicas}
+    assert len(decision.drain) == max(0, fleet.current - decision.desired)
+    assert len(set(decision.drain)) == len(decision.drain)
+    assert all(by_id[rid].state is not DRAINING for rid in decision.drain)
+    if decision.desired > fleet.current:
+        assert decision.desired <= max_replicas
+        assert step is None or decision.desired - fleet.current <= step
+    if spec == "cold-start-aware":
+        assert all(by_id[rid].state is READY for rid in decision.drain)
+        assert decision.desired <= max(max_replicas, fleet.current) or decision.reason is Reason.MIN_REPLICAS
+    else:
+        assert decision.desired <= max(max_replicas, fleet.current)
+    if decision.desired < fleet.current:
+        assert decision.desired >= min_replicas

@@ -47,11 +47,13 @@ def test_never_scales_down_while_a_replica_is_loading() -> None:
     assert (decision.desired, decision.reason, decision.drain) == (4, Reason.STARTING_HOLD, ())
 
 
-def test_never_drains_a_starting_replica_even_when_forced_below_the_fleet_size() -> None:
-    fleet = FleetState(NOW, (replica("a"), replica("b"), replica("s", ReplicaState.STARTING, NOW - 5)), 60.0)
+def test_never_drains_a_starting_replica_even_above_max_replicas() -> None:
+    loading = tuple(replica(f"s{i}", ReplicaState.STARTING, NOW - 5) for i in range(2))
+    fleet = FleetState(NOW, (replica("a"), replica("b"), *loading), 60.0)
     decision = create_policy("cold-start-aware:max_replicas=1").decide(history(8.0, 0), fleet)
-    assert decision.desired == 1
-    assert "s" not in decision.drain
+    # the ceiling drains both ready replicas; the two loading ones stay until they are ready
+    assert (decision.desired, decision.drain) == (2, ("a", "b"))
+    assert decision.detail.endswith("; 1 kept: not drainable")
 
 
 def test_drains_the_replicas_whose_loss_costs_least() -> None:
