@@ -42,8 +42,10 @@ class KVCacheManager:
     def _block_hashes(self, request: EngineRequest) -> list[bytes]:
         """Hashes of the request's full blocks, extended as it grows."""
         hashes = self._req_block_hashes.setdefault(request.request_id, [])
-        tokens = request.all_token_ids
         size = self.block_size
+        if (len(hashes) + 1) * size > request.num_tokens:
+            return hashes  # no new full block: skip copying the token list (hot on every decode)
+        tokens = request.all_token_ids
         while (len(hashes) + 1) * size <= len(tokens):
             start = len(hashes) * size
             parent = hashes[-1] if hashes else None
@@ -96,12 +98,15 @@ class KVCacheManager:
         if not self.enable_caching:
             return
         rid = request.request_id
+        num_cached = self._num_cached_blocks.get(rid, 0)
+        if num_tokens // self.block_size <= num_cached:
+            return
         hashes = self._block_hashes(request)
         blocks = self._req_blocks[rid]
         num_full = min(num_tokens // self.block_size, len(hashes))
-        for i in range(self._num_cached_blocks.get(rid, 0), num_full):
+        for i in range(num_cached, num_full):
             self.block_pool.cache_full_block(blocks[i], hashes[i])
-        self._num_cached_blocks[rid] = max(num_full, self._num_cached_blocks.get(rid, 0))
+        self._num_cached_blocks[rid] = max(num_full, num_cached)
 
     def free(self, request: EngineRequest) -> None:
         """Release the request's blocks, last block first, so a sequence's tail is evicted before its head."""
