@@ -1,8 +1,12 @@
 """The clock-free engine core of the look-alike engines: schedulers, KV cache, tokenizer, generator.
 
-Drivers (the asyncio live driver, the simulator) talk to an `EngineCore` only.
+Drivers (the asyncio live driver, the simulator) talk to an `EngineCore` only: `add_request`,
+`abort_request`, `schedule` -> `ScheduledStep` (its `batch` goes to the perf model), `finish_step`
+-> `RequestOutput`s, and `stats` -> `SchedulerStats`. `hash_block_tokens` is the prefix-cache block
+hash, exported so a prefix-aware router can compute the same chain.
 """
 
+from fake_engines.core._block_pool import NONE_HASH, hash_block_tokens
 from fake_engines.core._config import ConfigError, LlamaCppSchedulerConfig, VllmSchedulerConfig
 from fake_engines.core._generator import OutputLengthSampler, next_token_id, token_stream
 from fake_engines.core._llamacpp_scheduler import LlamaCppScheduler
@@ -22,6 +26,7 @@ from fake_engines.core._vllm_scheduler import VllmScheduler
 
 __all__ = [
     "CHARS_PER_TOKEN",
+    "NONE_HASH",
     "VOCAB_SIZE",
     "ConfigError",
     "EngineCore",
@@ -40,6 +45,7 @@ __all__ = [
     "VllmSchedulerConfig",
     "decode",
     "encode",
+    "hash_block_tokens",
     "next_token_id",
     "token_stream",
 ]
