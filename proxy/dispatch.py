@@ -208,6 +208,8 @@ class Dispatcher:
 
     def _account_usage(self, fwd: Forward, upstream: aiohttp.ClientResponse, backend: Backend,
                        result: RelayResult) -> None:
+        if b'"usage"' not in result.tail:
+            return
         usage = usage_from_sse_tail(result.tail) if is_event_stream(upstream) else (
             usage_from_json(result.body) if result.body is not None else None)
         if usage is None:

@@ -55,6 +55,8 @@ class Backend:
     scrape_epoch: int = 0
     """Bumped when a scrape is sent; requests picked later carry the new epoch."""
     scrape_ok: bool = False
+    _models_key: tuple = field(default=(), repr=False)
+    _models: frozenset[str] = field(default=frozenset(), repr=False)
 
     @property
     def url(self) -> str:
@@ -70,7 +72,10 @@ class Backend:
 
     @property
     def models(self) -> frozenset[str]:
-        return frozenset(self.spec.models) | self.discovered_models | self.adapters
+        key = (self.spec.models, self.discovered_models, self.adapters)
+        if key != self._models_key:  # identity-cheap: the parts are replaced, never mutated
+            self._models_key, self._models = key, frozenset(self.spec.models) | self.discovered_models | self.adapters
+        return self._models
 
     def is_routable(self, now_s: float) -> bool:
         if self.state is BackendState.READY:
