@@ -50,7 +50,7 @@ class LlamaCppSplit:
     devices: tuple[str, ...]
     """Device of each unit: entries 0..n_layer-1 are the repeating layers, entry n_layer the output layer."""
     split_points: tuple[float, ...]
-    """Normalized running sums of the proportions, one per GPU (float32 values, last is 1.0)."""
+    """Normalized running sums of the proportions, one per GPU taking part (float32 values, last 1.0)."""
 
     @property
     def output_device(self) -> str:
@@ -134,6 +134,15 @@ def assign_layers(n_layer: int, n_gpu_layers: int, proportions: Sequence[float])
     gpu_units = min(n_gpu_layers, n_layer + 1) if gpus else 0
     devices = tuple(_device_of(il, first_gpu, gpu_units, points) for il in range(n_layer + 1))
     return LlamaCppSplit(n_layer, gpus, devices, tuple(float(p) for p in points))
+
+
+def assign_layers_single_gpu(n_layer: int, n_gpu_layers: int, main_gpu: int, gpus: int) -> LlamaCppSplit:
+    """Place every layer for ``-sm none -mg main_gpu``: only the main GPU joins, -ts is ignored."""
+    if not 0 <= main_gpu < gpus:
+        raise ValueError(f"main_gpu must be in [0, {gpus}), got {main_gpu}")
+    one = assign_layers(n_layer, n_gpu_layers, [1.0])
+    devices = tuple(d if d == CPU else f"GPU{main_gpu}" for d in one.devices)
+    return LlamaCppSplit(n_layer, gpus, devices, one.split_points)
 
 
 def _device_of(il: int, first_gpu: int, gpu_units: int, points: np.ndarray) -> str:

@@ -9,7 +9,12 @@ import sys
 from dataclasses import asdict
 
 from fake_engines.perf.catalogue import load_catalogue
-from fake_engines.perf.layout_llamacpp import LlamaCppSplit, assign_layers, resolve_proportions
+from fake_engines.perf.layout_llamacpp import (
+    LlamaCppSplit,
+    assign_layers,
+    assign_layers_single_gpu,
+    resolve_proportions,
+)
 
 HELP = "layers per GPU for llama.cpp's layer split from -ngl and -ts (or free memory)"
 DESCRIPTION = """\
@@ -23,6 +28,7 @@ llama_model_base::load_tensors, so boundary layers land where the real engine pu
 examples:
   flotilla plan llamacpp-split --layers 32 -ngl 99 -ts 3,1
   flotilla plan llamacpp-split --layers 32 -ngl 99 --free-gb 22,10
+  flotilla plan llamacpp-split --layers 32 -ngl 99 -sm none -mg 1 -ts 1,1
   flotilla plan llamacpp-split --model llama-3.1-70b -ngl 60 -ts 1,1 --json"""
 
 
@@ -43,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="proportion of the model for each GPU, e.g. 3,1 (one entry per GPU)")
     parser.add_argument("--free-gb", type=number_list, metavar="GB0,GB1,...",
                         help="free memory of each GPU at load time in GB: the split when -ts is absent or all zero")
+    parser.add_argument("-sm", "--split-mode", choices=("layer", "none"), default="layer",
+                        help="layer (default): layers spread over the GPUs; none: only the --main-gpu")
+    parser.add_argument("-mg", "--main-gpu", type=int, default=0, metavar="INDEX",
+                        help="the GPU that holds the model with --split-mode none (default 0)")
     parser.add_argument("--label", help="text before the colon (default: the flags)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
 
@@ -50,8 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         n_layer = _n_layer(args)
-        free = [gb * 1e9 for gb in args.free_gb] if args.free_gb else None
-        split = assign_layers(n_layer, args.ngl, resolve_proportions(args.ts, free))
+        split = _split(n_layer, args)
     except ValueError as exc:
         print(f"flotilla plan llamacpp-split: error: {exc}", file=sys.stderr)
         return 2
@@ -70,10 +79,20 @@ def _n_layer(args: argparse.Namespace) -> int:
     raise ValueError("give --layers N or --model NAME")
 
 
+def _split(n_layer: int, args: argparse.Namespace) -> LlamaCppSplit:
+    if args.split_mode == "none":
+        gpus = len(args.ts or args.free_gb or []) or args.main_gpu + 1
+        return assign_layers_single_gpu(n_layer, args.ngl, args.main_gpu, gpus)
+    free = [gb * 1e9 for gb in args.free_gb] if args.free_gb else None
+    return assign_layers(n_layer, args.ngl, resolve_proportions(args.ts, free))
+
+
 def _label(args: argparse.Namespace) -> str:
     if args.label is not None:
         return args.label
     ngl = f"-ngl {args.ngl}"
+    if args.split_mode == "none":
+        return f"{ngl} -sm none -mg {args.main_gpu}"
     if args.ts and any(args.ts):
         return f"{ngl} -ts {','.join(f'{t:g}' for t in args.ts)}"
     return f"{ngl}, free {'/'.join(f'{gb:g}' for gb in args.free_gb)} GB"

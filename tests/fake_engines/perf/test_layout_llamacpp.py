@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from fake_engines.perf.layout_llamacpp import assign_layers, resolve_proportions
+from fake_engines.perf.layout_llamacpp import assign_layers, assign_layers_single_gpu, resolve_proportions
 
 GB = 1e9
 
@@ -82,3 +82,13 @@ def test_engine_layout_has_a_stage_per_gpu_used_and_the_gpu_share() -> None:
     assert only_output.engine_layout("nvlink").pp == 1
     cpu_only = assign_layers(32, 0, [1, 1]).engine_layout()
     assert (cpu_only.pp, cpu_only.gpu_layer_fraction) == (1, 0.0)
+
+
+def test_split_mode_none_puts_every_gpu_layer_on_the_main_gpu() -> None:
+    split = assign_layers_single_gpu(32, 99, main_gpu=1, gpus=2)
+    assert split.describe() == "GPU1 layers 0-31 (32), output on GPU1"
+    assert split.layers_per_gpu == (0, 32)
+    partial = assign_layers_single_gpu(32, 10, main_gpu=0, gpus=2)
+    assert partial.describe() == "CPU layers 0-22 (23), GPU0 layers 23-31 (9), output on GPU0"
+    with pytest.raises(ValueError, match="main_gpu"):
+        assign_layers_single_gpu(32, 99, main_gpu=2, gpus=2)

@@ -61,3 +61,12 @@ def test_help_explains_ngl_and_tensor_split(capsys: pytest.CaptureFixture[str]) 
         main(["plan", "llamacpp-split", "--help"])
     out = capsys.readouterr().out
     assert "-ngl N, --n-gpu-layers N" in out and "free memory of each GPU" in out
+
+
+def test_split_mode_none_uses_only_the_main_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "llamacpp-split", "--layers", "32", "-ngl", "99", "-sm", "none", "-mg", "1",
+                 "-ts", "3,1"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "-ngl 99 -sm none -mg 1: GPU1 layers 0-31 (32), output on GPU1",
+        "layers on GPUs        : 32 of 32 (100%); GPU0 0, GPU1 32",
+    ]
