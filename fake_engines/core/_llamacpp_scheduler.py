@@ -89,7 +89,7 @@ class LlamaCppScheduler:
         if not self.config.unified:
             return True
         idle = sorted((s for s in self.slots if not s.is_processing and s is not keep),
-                      key=lambda s: (s.t_last_used, s.id))
+                      key=lambda s: (s.t_last_used, -s.id))
         for slot in idle:
             if self._free_cells() >= cells:
                 break

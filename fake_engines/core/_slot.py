@@ -76,7 +76,8 @@ def select_slot(slots: Sequence[Slot], prompt: Sequence[int], similarity: float)
     """The idle slot a new request takes, as llama-server's get_available_slot picks it.
 
     First the idle slot whose cached tokens share the longest prefix with the prompt, if that
-    prefix is more than `similarity` of the prompt; otherwise the least recently used idle slot."""
+    prefix is more than `similarity` of the prompt (the first such slot on ties); otherwise the
+    least recently used idle slot."""
     idle = [s for s in slots if not s.is_processing]
     if not idle:
         return None
@@ -88,4 +89,5 @@ def select_slot(slots: Sequence[Slot], prompt: Sequence[int], similarity: float)
                 best, best_sim = slot, sim
     if best is not None:
         return best
-    return min(idle, key=lambda s: (s.t_last_used, s.id))
+    # Ties go to the highest id: a fresh llama-server with -np 2 serves its first request on slot 1.
+    return min(idle, key=lambda s: (s.t_last_used, -s.id))

@@ -51,17 +51,17 @@ def test_slot_is_picked_by_prompt_similarity_else_least_recently_used():
     sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=4096, n_parallel=2))
     system = list(range(100))
     sched.add_request(_req("a", system + [1000] * 20))
-    assert _slot_of(sched, "a") == 0
+    assert _slot_of(sched, "a") == 1  # both unused: the highest id, as the capture shows
     _run(sched)
     sched.add_request(_req("unrelated", list(range(500, 600))))
-    assert _slot_of(sched, "unrelated") == 1  # slot 1 was never used: least recently used
+    assert _slot_of(sched, "unrelated") == 0  # slot 0 was never used: least recently used
     _run(sched)
     sched.add_request(_req("same-system", system + [2000] * 20))
-    slot = sched.stats().slots[0]
+    slot = sched.stats().slots[1]
     assert (slot.request_id, slot.n_prompt_tokens_cache, slot.n_prompt_tokens_processed) == ("same-system", 100, 20)
     _run(sched)
     sched.add_request(_req("low-similarity", system[:10] + [3000] * 200))
-    assert _slot_of(sched, "low-similarity") == 1  # 10/210 < 0.10: LRU instead of slot 0
+    assert _slot_of(sched, "low-similarity") == 0  # 10/210 < 0.10: LRU instead of slot 1
 
 
 def test_identical_prompt_reuses_all_but_its_last_token():
@@ -92,8 +92,9 @@ def test_mixed_lora_requests_take_turns():
     sched.add_request(_req("b", [2] * 30, output_len=5, lora="1:1.0"))
     steps, outputs = _run(sched)
     assert all(len(s.num_scheduled_tokens) == 1 for s in steps)
-    assert [next(iter(s.num_scheduled_tokens)) for s in steps] == ["a"] * 5 + ["b"] * 5
-    assert [o.request_id for o in outputs if o.finished] == ["a", "b"]
+    # "a" took slot 1 and "b" slot 0; each iteration batches the first slot's LoRA only.
+    assert [next(iter(s.num_scheduled_tokens)) for s in steps] == ["b"] * 5 + ["a"] * 5
+    assert [o.request_id for o in outputs if o.finished] == ["b", "a"]
 
 
 def test_same_lora_requests_share_iterations():

@@ -14,9 +14,12 @@ def test_similar_idle_slot_wins_over_the_least_recently_used():
     assert select_slot(slots, [1] * 60, similarity=0.10).id == 0  # 5/60 < 0.10: LRU
 
 
-def test_similarity_zero_always_takes_the_least_recently_used_lowest_id_first():
+def test_similarity_zero_takes_the_least_recently_used_highest_id_on_ties():
+    # The llama-server capture: a fresh server with -np 2 logs "id  1 | selected slot by LRU, t_last = -1".
     slots = [Slot(i, 512, cache_tokens=[1] * 5) for i in range(3)]
-    assert select_slot(slots, [1] * 5, similarity=0.0).id == 0
+    assert select_slot(slots, [1] * 5, similarity=0.0).id == 2
+    slots[2].t_last_used = 4
+    assert select_slot(slots, [1] * 5, similarity=0.0).id == 1
 
 
 def test_busy_slots_are_never_chosen():
