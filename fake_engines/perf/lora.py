@@ -18,6 +18,7 @@ LLAMA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
 """The seven projection matrices of a Llama-style layer, in PEFT's names."""
 
 _MLP = ("gate_proj", "up_proj", "down_proj")
+_ROW_PARALLEL = ("o_proj", "down_proj")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,16 @@ class AdaptedModule:
     def params_per_rank(self) -> int:
         """Adapter parameters per unit of rank: (in + out) for every copy."""
         return self.copies * (self.in_features + self.out_features)
+
+    def params_per_rank_per_gpu(self, tp: int) -> float:
+        """Share of ``params_per_rank`` one of ``tp`` tensor-parallel GPUs holds.
+
+        vLLM shards the side the base layer shards: B's outputs for column-parallel layers,
+        A's inputs for row-parallel ones (o_proj, down_proj); the other matrix is replicated.
+        """
+        if self.name in _ROW_PARALLEL:
+            return self.copies * (self.in_features / tp + self.out_features)
+        return self.copies * (self.in_features + self.out_features / tp)
 
 
 @dataclass(frozen=True)
@@ -85,9 +96,23 @@ def llama_modules(hidden: int, intermediate: int, heads: int, kv_heads: int, hea
 def vllm_adapter_buffer_bytes(shape: LoraShape, max_loras: int, max_lora_rank: int,
                               dtype_bytes: int = BF16_BYTES) -> int:
     """GPU memory vLLM reserves for adapter weights: max_loras slots, each at max_lora_rank."""
+    _check_slots(max_loras, max_lora_rank)
+    return max_loras * shape.adapter_bytes(max_lora_rank, dtype_bytes)
+
+
+def vllm_adapter_buffer_bytes_per_gpu(shape: LoraShape, max_loras: int, max_lora_rank: int, tp: int,
+                                      dtype_bytes: int = BF16_BYTES) -> float:
+    """The reservation on each of ``tp`` GPUs: memory the KV cache of that GPU does not get."""
+    _check_slots(max_loras, max_lora_rank)
+    if tp < 1:
+        raise ValueError(f"tp must be >= 1, got {tp}")
+    per_layer = sum(m.params_per_rank_per_gpu(tp) for m in shape.modules)
+    return max_loras * max_lora_rank * per_layer * shape.layers * dtype_bytes
+
+
+def _check_slots(max_loras: int, max_lora_rank: int) -> None:
     if max_loras < 1 or max_lora_rank < 1:
         raise ValueError(f"max_loras and max_lora_rank must be >= 1, got {max_loras}, {max_lora_rank}")
-    return max_loras * shape.adapter_bytes(max_lora_rank, dtype_bytes)
 
 
 @dataclass(frozen=True)

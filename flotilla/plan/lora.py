@@ -14,6 +14,7 @@ from fake_engines.perf.lora import (
     llama_modules,
     tenant_memory,
     vllm_adapter_buffer_bytes,
+    vllm_adapter_buffer_bytes_per_gpu,
 )
 from fake_engines.perf.rounding import fixed, percent
 
@@ -68,6 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="vLLM --max-loras: adapters in one batch, each a reserved GPU slot (default 1)")
     parser.add_argument("--max-lora-rank", type=int, default=16,
                         help="vLLM --max-lora-rank: rank every slot is sized for (default 16)")
+    parser.add_argument("-tp", "--tensor-parallel-size", dest="tp", type=int, default=1,
+                        help="vLLM -tp: also print the buffers each GPU holds (default 1)")
     parser.add_argument("--tenants", type=int, help="fine-tuned variants to serve: compare merged and shared memory")
     parser.add_argument("--tenant-rank", type=int, default=16, help="adapter rank of each variant (default 16)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
@@ -113,6 +116,9 @@ def _report(model: _Model, args: argparse.Namespace) -> dict[str, object]:
         "max_loras": args.max_loras,
         "max_lora_rank": args.max_lora_rank,
         "vllm_buffer_bytes": vllm_adapter_buffer_bytes(shape, args.max_loras, args.max_lora_rank),
+        "tp": args.tp,
+        "vllm_buffer_bytes_per_gpu": vllm_adapter_buffer_bytes_per_gpu(shape, args.max_loras,
+                                                                       args.max_lora_rank, args.tp),
     }
     if args.tenants is not None:
         mem = tenant_memory(shape, model.base_bytes, args.tenants, args.tenant_rank)
@@ -128,6 +134,9 @@ def _print_table(report: dict) -> None:
               f"({percent(a['share_of_base'], 2)}% of the base model)")
     print(f"GPU adapter buffers for --max-loras {report['max_loras']} --max-lora-rank {report['max_lora_rank']}: "
           f"{fixed(report['vllm_buffer_bytes'] / 1e9, 2)} GB")
+    if report["tp"] > 1:
+        print(f"  each of the {report['tp']} GPUs of -tp {report['tp']} holds "
+              f"{fixed(report['vllm_buffer_bytes_per_gpu'] / 1e9, 2)} GB of them")
     if "tenants" in report:
         t = report["tenants"]
         print(f"{t['tenants']} fine-tuned variants: {fixed(t['merged_bytes'] / 1e9, 1)} GB as merged models, "

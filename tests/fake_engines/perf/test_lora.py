@@ -2,7 +2,13 @@ from __future__ import annotations
 
 import pytest
 
-from fake_engines.perf.lora import LoraShape, llama_modules, tenant_memory, vllm_adapter_buffer_bytes
+from fake_engines.perf.lora import (
+    LoraShape,
+    llama_modules,
+    tenant_memory,
+    vllm_adapter_buffer_bytes,
+    vllm_adapter_buffer_bytes_per_gpu,
+)
 
 BASE_BYTES = 8.03e9 * 2  # Llama 3 8B in BF16, as in the lesson
 
@@ -61,3 +67,14 @@ def test_moe_layers_adapt_every_expert_mlp_separately() -> None:
     by_name = {m.name: m.params_per_rank for m in modules}
     assert by_name["gate_proj"] == 128 * (2048 + 768)
     assert by_name["q_proj"] == 2048 + 4096
+
+
+def test_tensor_parallel_gpus_each_hold_the_sharded_side_of_every_buffer() -> None:
+    shape = llama3_8b()
+    whole = vllm_adapter_buffer_bytes(shape, 4, 64)
+    assert vllm_adapter_buffer_bytes_per_gpu(shape, 4, 64, tp=1) == whole
+    # tp=2: column layers keep A (hidden inputs) whole, row layers keep B (hidden outputs) whole
+    per_layer = (4096 + 2048) + (4096 + 512) * 2 + (2048 + 4096) + (4096 + 7168) * 2 + (7168 + 4096)
+    assert vllm_adapter_buffer_bytes_per_gpu(shape, 4, 64, tp=2) == 4 * 64 * per_layer * 32 * 2
+    with pytest.raises(ValueError, match="tp"):
+        vllm_adapter_buffer_bytes_per_gpu(shape, 4, 64, tp=0)

@@ -54,3 +54,11 @@ def test_help_explains_the_vllm_flags(capsys: pytest.CaptureFixture[str]) -> Non
         main(["plan", "lora", "--help"])
     out = capsys.readouterr().out
     assert "--max-loras" in out and "rank every slot is sized for" in out
+
+
+def test_tensor_parallel_line_gives_each_gpus_share(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "lora", "--model", "llama-3.1-70b", "--ranks", "16", "--max-loras", "4",
+                 "--max-lora-rank", "64", "-tp", "4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == "GPU adapter buffers for --max-loras 4 --max-lora-rank 64: 6.63 GB"
+    assert lines[3] == "  each of the 4 GPUs of -tp 4 holds 3.42 GB of them"
