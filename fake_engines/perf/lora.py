@@ -66,6 +66,8 @@ class LoraShape:
 
     def adapter_params(self, rank: int) -> int:
         """Parameters of one adapter of this rank over all layers."""
+        if rank < 1:
+            raise ValueError(f"rank must be >= 1, got {rank}")
         return rank * self.params_per_rank_per_layer * self.layers
 
     def adapter_bytes(self, rank: int, dtype_bytes: int = BF16_BYTES) -> int:
@@ -130,6 +132,8 @@ class TenantMemory:
 def tenant_memory(shape: LoraShape, base_bytes: float, tenants: int, rank: int,
                   dtype_bytes: int = BF16_BYTES) -> TenantMemory:
     """Merged models versus one base model shared by per-tenant adapters of ``rank``."""
+    if tenants < 0:
+        raise ValueError(f"tenants must be >= 0, got {tenants}")
     merged = tenants * base_bytes
     shared = base_bytes + tenants * shape.adapter_bytes(rank, dtype_bytes)
     return TenantMemory(tenants, merged, shared)

@@ -62,3 +62,11 @@ def test_tensor_parallel_line_gives_each_gpus_share(capsys: pytest.CaptureFixtur
     lines = capsys.readouterr().out.splitlines()
     assert lines[2] == "GPU adapter buffers for --max-loras 4 --max-lora-rank 64: 6.63 GB"
     assert lines[3] == "  each of the 4 GPUs of -tp 4 holds 3.42 GB of them"
+
+
+@pytest.mark.parametrize(("flags", "message"), [(["--ranks", "0"], "rank must be >= 1"),
+                                                (["--tenants", "-2"], "tenants must be >= 0")])
+def test_nonsense_counts_are_errors_not_tracebacks(flags: list[str], message: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "lora", "--model", "llama-3.1-8b", *flags]) == 2
+    assert message in capsys.readouterr().err
