@@ -1,0 +1,133 @@
+"""The fake vLLM over real sockets: the official openai SDK, captured shapes and error bodies, invariants."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+
+import openai
+import pytest
+
+from fake_engines.vllm.config import VllmServeConfig
+from fake_engines.vllm.server import start_vllm
+from tests.conftest import SHARED
+from tests.fake_engines.engine_thread import EngineThread
+from tests.fake_engines.scrape import fetch_text, value
+
+CAPTURES = SHARED / "real-engines" / "vllm"
+
+
+@pytest.fixture(scope="module")
+def engine():
+    config = VllmServeConfig(model="llama-3.1-8b", served_model_name="tiny-llama", port=0, time_scale=0.01,
+                             max_model_len=2048)
+    with EngineThread(lambda: start_vllm(config, cold_start=False)) as running:
+        yield running
+
+
+def _post(base: str, path: str, body: bytes, content_type: str = "application/json") -> tuple[int, dict]:
+    req = urllib.request.Request(base + path, data=body, headers={"Content-Type": content_type})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def _totals(base: str) -> tuple[float, float]:
+    text = fetch_text(base)
+    tokens = value(text, "vllm:prompt_tokens_total") + value(text, "vllm:generation_tokens_total")
+    return tokens, value(text, "vllm:request_success_total")
+
+
+def test_openai_sdk_sync_and_async_chat_and_completions_and_usage_matches_token_counters(engine):
+    before_tokens, before_success = _totals(engine.base_url)
+    client = openai.OpenAI(base_url=engine.base_url + "/v1", api_key="x")
+    usages = []
+    completion = client.completions.create(model="tiny-llama", prompt="Hello world, the quick brown fox",
+                                           max_tokens=8, extra_body={"ignore_eos": True})
+    assert completion.choices[0].finish_reason == "length" and completion.usage.completion_tokens == 8
+    usages.append(completion.usage.total_tokens)
+    chat = client.chat.completions.create(model="tiny-llama", messages=[{"role": "user", "content": "hi"}],
+                                          max_tokens=6)
+    assert chat.choices[0].message.role == "assistant" and chat.choices[0].message.content
+    usages.append(chat.usage.total_tokens)
+    stream = client.chat.completions.create(model="tiny-llama", messages=[{"role": "user", "content": "hello"}],
+                                            max_tokens=5, stream=True, stream_options={"include_usage": True},
+                                            extra_body={"ignore_eos": True})
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-2].choices[0].finish_reason == "length" and chunks[-1].choices == []
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    usages.append(chunks[-1].usage.total_tokens)
+    usages += asyncio.run(_async_calls(engine.base_url))
+    after_tokens, after_success = _totals(engine.base_url)
+    assert after_tokens - before_tokens == sum(usages)
+    assert after_success - before_success == len(usages)
+
+
+async def _async_calls(base: str) -> list[int]:
+    client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="x")
+    completion = await client.completions.create(model="tiny-llama", prompt="abcd" * 20, max_tokens=4)
+    stream = await client.completions.create(model="tiny-llama", prompt="abcd" * 10, max_tokens=7, stream=True,
+                                             stream_options={"include_usage": True},
+                                             extra_body={"ignore_eos": True})
+    chunks = [chunk async for chunk in stream]
+    assert chunks[-2].choices[0].finish_reason == "length" and chunks[-1].usage.completion_tokens == 7
+    await client.close()
+    return [completion.usage.total_tokens, chunks[-1].usage.total_tokens]
+
+
+def _captured_error(name: str) -> tuple[dict, dict]:
+    raw = (CAPTURES / f"{name}.req.json").read_text()
+    request = json.loads(raw) if raw.strip() else {}
+    if str(request.get("prompt", "")).startswith("<<long_prompt"):
+        request["prompt"] = "abcd" * 3001  # the capture elides its 3001-token prompt
+    body = (CAPTURES / f"{name}.http").read_text().split("\n\n", 1)[1]
+    return request, json.loads(body)
+
+
+@pytest.mark.parametrize("name", [
+    "037_err_unknown_model_completions", "041_err_missing_messages_chat", "042_err_missing_prompt_completions",
+    "046_err_prompt_plus_max_tokens_over_context", "047_err_max_tokens_negative_completions",
+    "049_err_max_tokens_zero_completions", "050_err_temperature_wrong_type_completions",
+    "052_err_temperature_negative_chat", "053_err_messages_not_a_list", "043_err_prompt_longer_than_context_completions",
+])
+def test_error_bodies_match_the_captured_vllm_body(engine, name):
+    request, expected = _captured_error(name)
+    path = "/v1/chat/completions" if "messages" in request or "chat" in name else "/v1/completions"
+    status, body = _post(engine.base_url, path, json.dumps(request).encode())
+    assert status == expected["error"]["code"]
+    assert body == expected
+
+
+def test_malformed_and_empty_bodies_answer_like_fastapi(engine):
+    status, body = _post(engine.base_url, "/v1/completions", b'{"model": "tiny-llama", "prompt": "x", "max_tokens"')
+    assert status == 400 and body["error"]["type"] == "Bad Request" and body["error"]["param"].startswith("body.")
+    _, expected = _captured_error("055_err_empty_body")
+    assert _post(engine.base_url, "/v1/chat/completions", b"") == (400, expected)
+
+
+def test_unknown_path_and_wrong_method_answer_like_fastapi(engine):
+    for path, code, detail in (("/no/such/path", 404, "Not Found"), ("/v1/completions", 405, "Method Not Allowed")):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(engine.base_url + path, timeout=10)
+        assert err.value.code == code and json.loads(err.value.read()) == {"detail": detail}
+
+
+def test_tokenize_and_detokenize_round_trip(engine):
+    status, body = _post(engine.base_url, "/tokenize", json.dumps({"prompt": "Hello world, the quick"}).encode())
+    assert status == 200 and body["count"] == 6 and body["max_model_len"] == 2048 and body["token_strs"] is None
+    status, back = _post(engine.base_url, "/detokenize", json.dumps({"tokens": body["tokens"]}).encode())
+    assert back == {"prompt": "Hello world, the quick"}
+
+
+def test_stream_wrong_type_is_coerced_like_pydantic(engine):
+    request = {"model": "tiny-llama", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2, "stream": "yes"}
+    req = urllib.request.Request(engine.base_url + "/v1/chat/completions", data=json.dumps(request).encode(),
+                                 headers={"Content-Type": "text/plain"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.headers["content-type"] == "text/event-stream; charset=utf-8"
+        assert resp.read().decode().endswith("data: [DONE]\n\n")
