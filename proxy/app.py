@@ -160,20 +160,22 @@ async def metrics(request: web.Request) -> web.Response:
 @web.middleware
 async def errors_middleware(request: web.Request, handler) -> web.StreamResponse:
     """Every error leaves as OpenAI-style JSON, never as a traceback."""
+    # The proxy's own answers name no backend, but still carry the header every response has.
+    own = {"x-flotilla-backend": ""}
     try:
         return await handler(request)
     except ProxyError as exc:
-        return error_response(exc)
+        return error_response(exc, own)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         return error_response(ProxyError(exc.status, exc.reason, headers={
-            k: v for k, v in exc.headers.items() if k.lower() == "allow"}))
+            k: v for k, v in exc.headers.items() if k.lower() == "allow"}), own)
     except (asyncio.CancelledError, ConnectionResetError):
         raise
     except Exception:
         log.exception("unexpected error on %s %s", request.method, request.path)
-        return error_response(ProxyError(500, "Internal error in the proxy."))
+        return error_response(ProxyError(500, "Internal error in the proxy."), own)
 
 
 def build_app(config: ProxyConfig, policy: RoutingPolicy | None = None,

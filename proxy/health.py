@@ -26,8 +26,16 @@ DISCOVERY_EVERY_ROUNDS = 30
 
 
 async def probe(session: aiohttp.ClientSession, url: str, timeout_s: float) -> ProbeResult:
+    """GET /health; a plain OpenAI-compatible server without one is probed on /v1/models instead."""
+    result = await _get(session, url + "/health", timeout_s)
+    if result.status == 404:
+        result = await _get(session, url + "/v1/models", timeout_s)
+    return result
+
+
+async def _get(session: aiohttp.ClientSession, url: str, timeout_s: float) -> ProbeResult:
     try:
-        async with session.get(url + "/health", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             return ProbeResult(status=resp.status, body=await resp.read())
     except aiohttp.ClientConnectorError:
         return ProbeResult(status=None, connection_refused=True)

@@ -154,6 +154,7 @@ async def test_bad_input_gets_openai_errors_with_the_right_status(fake_backend: 
         for kwargs, status in cases:
             async with s.post(url, **kwargs) as r:
                 assert r.status == status, kwargs
+                assert r.headers["x-flotilla-backend"] == ""  # answered by the proxy itself
                 err = (await r.json())["error"]
                 assert set(err) == {"message", "type", "param", "code"} and "Traceback" not in err["message"]
         async with s.get(p.url + "/nowhere") as r:

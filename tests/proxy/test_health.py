@@ -85,3 +85,13 @@ async def test_failing_requests_eject_a_backend_and_traffic_moves_away(
                 assert r.status == 200 and r.headers["x-flotilla-backend"] == good.url
     assert p.proxy.pool.backends[0].state is BackendState.EJECTED
     assert bad.received == 2  # ejected after two failures, then left alone
+
+
+async def test_a_server_without_a_health_route_is_probed_on_its_models(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    b = await fake_backend(health_status=404)
+    p = await proxy_for([b], health=SLOW_LOOP)
+    assert p.proxy.pool.backends[0].state is BackendState.READY
+    await b.stop()
+    await p.proxy.health.check_all()
+    assert p.proxy.pool.backends[0].breaker.failures == 1
