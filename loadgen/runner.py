@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from loadgen.client import stream_request
 from loadgen.prompts import PromptBuilder
+from loadgen.replicas import poll_replicas
 from loadgen.results import RequestRecord, RunResult, Slo
 from loadgen.stats import summarize
 from loadgen.trace import TraceRequest
@@ -55,6 +56,10 @@ class RunnerConfig:
     """Ask the engine to generate exactly output_length tokens (vLLM's ignore_eos)."""
     slo: Slo | None = None
     """SLOs for goodput; None reports no goodput."""
+    replicas_url: str | None = None
+    """Router /metrics URL polled for the ready-replica count; None does not poll."""
+    replicas_interval_s: float = 1.0
+    """Seconds between replica-count polls."""
     show_progress: bool = True
     """Show a tqdm bar on stderr (only when it is a terminal)."""
     meta: dict[str, Any] = field(default_factory=dict)
@@ -119,7 +124,7 @@ class OpenLoopRunner:
         self.cfg = cfg
         self.builder = builder or PromptBuilder()
         self._clock = clock
-        self._start = 0.0
+        self._start = clock()
         self._slots = asyncio.Semaphore(cfg.concurrency) if cfg.concurrency else None
 
     def now_s(self) -> float:
@@ -133,18 +138,30 @@ class OpenLoopRunner:
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             model = self.cfg.model or await _default_model(session, self.cfg.target_url)
-            records = await self._dispatch(session, model, requests)
-        result = RunResult(summary=summarize(records, self.cfg.slo), requests=records,
-                           meta={"target": self.cfg.target_url, "model": model,
-                                 "speedup": self.cfg.speedup, **self.cfg.meta})
-        return result
+            replicas: list[tuple[float, int]] = []
+            self._start = self._clock()  # time zero of the schedule and of every record
+            poller = self._start_poller(session, replicas)
+            try:
+                records = await self._dispatch(session, model, requests)
+            finally:
+                if poller is not None:
+                    poller.cancel()
+        return RunResult(summary=summarize(records, self.cfg.slo), requests=records, replicas=replicas,
+                         meta={"target": self.cfg.target_url, "model": model,
+                               "speedup": self.cfg.speedup, **self.cfg.meta})
+
+    def _start_poller(self, session: aiohttp.ClientSession,
+                      samples: list[tuple[float, int]]) -> asyncio.Task[None] | None:
+        if self.cfg.replicas_url is None:
+            return None
+        return asyncio.create_task(poll_replicas(session, self.cfg.replicas_url, self.now_s,
+                                                 self.cfg.replicas_interval_s, samples))
 
     async def _dispatch(self, session: aiohttp.ClientSession, model: str,
                         requests: Iterable[TraceRequest]) -> list[RequestRecord]:
         url = self.cfg.target_url.rstrip("/") + ENDPOINTS[self.cfg.endpoint]
         tasks: list[asyncio.Task[RequestRecord]] = []
         bar = tqdm(total=self.cfg.max_requests, unit="req", disable=not self._bar_wanted())
-        self._start = self._clock()
         for index, (at, req) in enumerate(scheduled(requests, self.cfg)):
             payload = build_payload(req, self.builder.build(req, index), model, self.cfg)
             delay = at - self.now_s()

@@ -1,0 +1,164 @@
+"""`flotilla loadgen`: replay a trace or a synthetic workload, convert traces, compare runs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+HELP = "replay traces or synthetic workloads against a URL; convert traces; compare runs"
+DESCRIPTION = """\
+Replay a trace or a synthetic workload open loop against an OpenAI-compatible URL and report
+TTFT, TPOT, ITL, E2E, throughput and goodput (vLLM benchmark_serving definitions).
+
+  flotilla loadgen --target http://127.0.0.1:8000 --trace conv.jsonl --speedup 10 --output run.json
+  flotilla loadgen --target http://127.0.0.1:8000 --synthetic agents:sessions=6,turns=5,system=2000
+  flotilla loadgen --target URL --synthetic poisson:rate=5,duration=60,input=512,output=128
+  flotilla loadgen convert mooncake.jsonl trace.flotilla.jsonl
+  flotilla loadgen compare a.json b.json --plot compare.png
+
+Trace formats (recognised from the file, or --format): mooncake, azure, burstgpt, flotilla.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `flotilla loadgen`."""
+    parser.add_argument("action", nargs="?", default="run", choices=["run", "convert", "compare"],
+                        help="run (default), convert IN OUT, or compare RESULT.json ...")
+    parser.add_argument("paths", nargs="*", help="convert: IN OUT; compare: result files")
+    src = parser.add_argument_group("workload")
+    src.add_argument("--trace", help="trace file to replay")
+    src.add_argument("--synthetic", metavar="SPEC", help="e.g. agents:sessions=6,turns=5,system=2000")
+    src.add_argument("--format", help="trace format: mooncake, azure, burstgpt, flotilla")
+    src.add_argument("--seed", type=int, default=0, help="seed of synthetic workloads and jitter")
+    src.add_argument("--jitter", type=float, default=0.0, metavar="SECONDS",
+                     help="spread each arrival uniformly over this many seconds (e.g. 3 for Mooncake ticks)")
+    run = parser.add_argument_group("replay")
+    run.add_argument("--target", help="base URL, e.g. http://127.0.0.1:8000")
+    run.add_argument("--model", help="model name (default: the target's first /v1/models entry)")
+    run.add_argument("--endpoint", default="completions", choices=["completions", "chat"])
+    run.add_argument("--speedup", type=float, default=1.0, help="divide trace time by this")
+    run.add_argument("--max-requests", type=int, help="send at most this many requests")
+    run.add_argument("--duration", type=float, metavar="SECONDS", help="send only within this many seconds")
+    run.add_argument("--concurrency", type=int, help="cap on requests in flight (default: none, open loop)")
+    run.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS", help="per-request timeout")
+    run.add_argument("--no-ignore-eos", action="store_true", help="let the engine stop at EOS")
+    run.add_argument("--replicas-metrics", metavar="URL",
+                     help="router /metrics polled for ready replicas (default: TARGET/metrics)")
+    out = parser.add_argument_group("results")
+    out.add_argument("--slo", help="goodput SLOs in seconds, e.g. ttft=0.5,tpot=0.05")
+    out.add_argument("--output", help="write the RunResult JSON here")
+    out.add_argument("--plot", help="write latency CDFs and TTFT over time to this PNG")
+    out.add_argument("--label", help="name of this run in tables and plots")
+    out.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _fail(message: str) -> int:
+    print(f"flotilla loadgen: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of `flotilla loadgen`; returns the exit status."""
+    from loadgen.readers import TraceFormatError
+
+    actions = {"run": _replay, "convert": _convert, "compare": _compare}
+    try:
+        return actions[args.action](args)
+    except (TraceFormatError, ValueError, OSError, RuntimeError) as exc:
+        return _fail(str(exc))
+
+
+def _workload(args: argparse.Namespace) -> Iterator:
+    from loadgen.arrivals import jittered
+    from loadgen.readers import read_trace
+    from loadgen.synthetic import synthetic_requests
+
+    if bool(args.trace) == bool(args.synthetic):
+        raise ValueError("give exactly one of --trace and --synthetic")
+    reqs = read_trace(args.trace, args.format) if args.trace else synthetic_requests(args.synthetic, args.seed)
+    if args.jitter:
+        reqs = jittered(reqs, args.jitter, random.Random(args.seed))
+    return reqs
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from loadgen.readers import flotilla_jsonl
+
+    if len(args.paths) != 2:
+        raise ValueError("convert needs IN and OUT (OUT may be - for stdout)")
+    args.trace, args.synthetic = args.paths[0], None
+    reqs = _workload(args)
+    if args.paths[1] == "-":
+        flotilla_jsonl.write(reqs, sys.stdout)
+        return 0
+    with open(args.paths[1], "w", encoding="utf-8") as out:
+        count = flotilla_jsonl.write(reqs, out)
+    print(f"wrote {count} requests to {args.paths[1]}", file=sys.stderr)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from loadgen.report import compare_table
+    from loadgen.results import RunResult
+
+    if not args.paths:
+        raise ValueError("compare needs one or more result files")
+    results = []
+    for path in args.paths:
+        res = RunResult.load(path)
+        res.meta["label"] = Path(path).stem  # columns named as the user named the files
+        results.append(res)
+    print(compare_table(results))
+    if args.plot:
+        from loadgen.plots import plot_runs
+
+        plot_runs(results, args.plot)
+    return 0
+
+
+def _config(args: argparse.Namespace):  # -> RunnerConfig, imported lazily
+    from loadgen.runner import RunnerConfig
+    from loadgen.stats import parse_slo
+
+    if not args.target:
+        raise ValueError("--target URL is required to replay")
+    return RunnerConfig(
+        target_url=args.target, model=args.model, endpoint=args.endpoint, speedup=args.speedup,
+        max_requests=args.max_requests, duration_s=args.duration, concurrency=args.concurrency,
+        request_timeout_s=args.timeout, ignore_eos=not args.no_ignore_eos,
+        slo=parse_slo(args.slo) if args.slo else None,
+        replicas_url=args.replicas_metrics or args.target.rstrip("/") + "/metrics",
+        show_progress=not args.quiet,
+        meta={"label": args.label or Path(args.trace or args.synthetic or "run").name,
+              "trace": args.trace, "synthetic": args.synthetic, "seed": args.seed, "jitter_s": args.jitter},
+    )
+
+
+def _event_loop_runner():
+    try:
+        import uvloop
+
+        return uvloop.run
+    except ImportError:  # uvloop is not built for every platform
+        return asyncio.run
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from loadgen.report import summary_table
+    from loadgen.runner import OpenLoopRunner
+
+    cfg = _config(args)
+    reqs = _workload(args)
+    result = _event_loop_runner()(OpenLoopRunner(cfg).run(reqs))
+    print(summary_table(result))
+    if args.output:
+        result.save(args.output)
+    if args.plot:
+        from loadgen.plots import plot_runs
+
+        plot_runs([result], args.plot)
+    return 0 if result.summary.num_ok else 1

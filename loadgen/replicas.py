@@ -1,0 +1,42 @@
+"""Replica count over time, read from the router's Prometheus metrics while a run goes on.
+
+The router exports `flotilla_backend_state{backend, state}` as 1 for the state each backend is
+in; the replica count is the number of backends in state `ready`. Unreachable metrics give no
+samples rather than an error: the plot then simply has no replica line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+REPLICA_METRIC = "flotilla_backend_state"
+READY_STATE = "ready"
+
+
+def ready_replicas(metrics_text: str) -> int | None:
+    """Backends in state ready in a Prometheus exposition; None when the metric is absent."""
+    count: int | None = None
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name != REPLICA_METRIC:
+            continue
+        count = count or 0
+        count += sum(int(s.value) for s in family.samples if s.labels.get("state") == READY_STATE)
+    return count
+
+
+async def poll_replicas(session: aiohttp.ClientSession, metrics_url: str, now_s: Callable[[], float],
+                        interval_s: float, samples: list[tuple[float, int]]) -> None:
+    """Append (now_s(), ready replicas) every `interval_s` until cancelled."""
+    while True:
+        try:
+            async with session.get(metrics_url) as resp:
+                count = ready_replicas(await resp.text()) if resp.status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            count = None  # the router may not be up yet, or not export the metric
+        if count is not None:
+            samples.append((now_s(), count))
+        await asyncio.sleep(interval_s)
