@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 
 from policies.routing.base import Decision, RequestInfo
 from proxy.config import ProxyConfig
@@ -26,7 +27,9 @@ from proxy.forward import (
     downstream_headers,
     end_broken_stream,
     is_event_stream,
+    is_small_whole_body,
     open_upstream,
+    read_whole,
     relay,
     upstream_headers,
 )
@@ -147,22 +150,25 @@ class Dispatcher:
         self.metrics.requests.labels(model, backend, str(err.status)).inc()
         return error_response(err, {"X-Request-Id": request_id, "x-flotilla-backend": backend})
 
-    def _response_head(self, upstream: aiohttp.ClientResponse, backend: Backend, decision: Decision,
-                       request_id: str, debug: bool) -> web.StreamResponse:
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                      headers=downstream_headers(upstream.headers))
-        response.headers["x-flotilla-backend"] = backend.url
-        response.headers["X-Request-Id"] = request_id
+    @staticmethod
+    def _response_headers(upstream: aiohttp.ClientResponse, backend: Backend, decision: Decision,
+                          request_id: str, debug: bool) -> CIMultiDict[str]:
+        headers = downstream_headers(upstream.headers)
+        headers["x-flotilla-backend"] = backend.url
+        headers["X-Request-Id"] = request_id
         if debug:
-            response.headers["x-flotilla-rule"] = decision.rule
-        if upstream.content_length is not None and not is_event_stream(upstream):
-            response.content_length = upstream.content_length
-        return response
+            headers["x-flotilla-rule"] = decision.rule
+        return headers
 
     async def _relay(self, request: web.Request, fwd: Forward, upstream: aiohttp.ClientResponse,
                      backend: Backend, decision: Decision, reservation: Reservation, request_id: str,
                      start: float, deadline: float) -> web.StreamResponse:
-        response = self._response_head(upstream, backend, decision, request_id, fwd.debug)
+        headers = self._response_headers(upstream, backend, decision, request_id, fwd.debug)
+        if is_small_whole_body(upstream):
+            return await self._answer_whole(fwd, upstream, backend, reservation, headers, start, deadline)
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
+        if upstream.content_length is not None and not is_event_stream(upstream):
+            response.content_length = upstream.content_length
         result = RelayResult(completed=False)
         try:
             await response.prepare(request)
@@ -186,6 +192,21 @@ class Dispatcher:
         finally:
             # Closing (not releasing) an unfinished response drops the connection, which is how
             # the engine learns the client went away and aborts the request.
+            upstream.release() if result.completed else upstream.close()
+            self.pool.release(reservation)
+            self._finish(fwd, upstream, backend, result, start)
+
+    async def _answer_whole(self, fwd: Forward, upstream: aiohttp.ClientResponse, backend: Backend,
+                            reservation: Reservation, headers: CIMultiDict[str], start: float,
+                            deadline: float) -> web.Response:
+        result = RelayResult(completed=False)
+        try:
+            result = await read_whole(upstream, self.config.timeouts, deadline)
+            if result.error is not None:  # nothing reached the client yet: answer with an error
+                self._failed(backend)
+                raise ProxyError(502, f"The backend failed mid-response: {result.error}.")
+            return web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=result.body)
+        finally:
             upstream.release() if result.completed else upstream.close()
             self.pool.release(reservation)
             self._finish(fwd, upstream, backend, result, start)

@@ -107,6 +107,30 @@ def is_event_stream(resp: aiohttp.ClientResponse) -> bool:
     return resp.content_type == "text/event-stream"
 
 
+WHOLE_BODY_MAX_BYTES = 1 << 20
+"""A non-stream body of known length up to this is read whole and sent in one write."""
+
+
+def is_small_whole_body(resp: aiohttp.ClientResponse) -> bool:
+    """A sized, non-stream body: it reaches the client only complete whatever the proxy does, so
+    reading it first costs no latency and saves a write per response."""
+    length = resp.content_length
+    return length is not None and length <= WHOLE_BODY_MAX_BYTES and not is_event_stream(resp)
+
+
+async def read_whole(upstream: aiohttp.ClientResponse, timeouts: TimeoutConfig, deadline: float) -> RelayResult:
+    """Read a small sized body (see `is_small_whole_body`) under the idle and total timeouts."""
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout_at(min(deadline, loop.time() + timeouts.idle_s)):
+            body = await upstream.read()
+    except TimeoutError:
+        return RelayResult(completed=False, error="the backend stopped sending (idle or total timeout)")
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+        return RelayResult(completed=False, error=f"the backend connection broke mid-response: {type(exc).__name__}")
+    return RelayResult(completed=True, first_byte_at_s=loop.time(), tail=body[-TAIL_BYTES:], body=body)
+
+
 async def relay(request: web.Request, response: web.StreamResponse, upstream: aiohttp.ClientResponse,
                 timeouts: TimeoutConfig, deadline: float, keep_json: bool) -> RelayResult:
     """Copy `upstream`'s body to the prepared `response` chunk by chunk."""
