@@ -118,7 +118,7 @@ class Dispatcher:
                 continue
             return await self._relay(request, fwd, upstream, backend, decision, reservation, request_id, start,
                                      deadline)
-        return self._give_up(fwd, tried, failure, answer, request_id)
+        return self._give_up(fwd, tried, failure, answer, request_id, start)
 
     async def _keep_answer(self, upstream: aiohttp.ClientResponse, backend: Backend,
                            reservation: Reservation) -> RetryableAnswer:
@@ -135,11 +135,12 @@ class Dispatcher:
         return RetryableAnswer(upstream.status, dict(downstream_headers(upstream.headers)), body, backend)
 
     def _give_up(self, fwd: Forward, tried: list[Backend], failure: UpstreamFailure | None,
-                 answer: RetryableAnswer | None, request_id: str) -> web.Response:
+                 answer: RetryableAnswer | None, request_id: str, start: float) -> web.Response:
         model = fwd.info.model or ""
         if answer is not None:
             headers = {**answer.headers, "x-flotilla-backend": answer.backend.url, "X-Request-Id": request_id}
-            self.metrics.requests.labels(model, answer.backend.url, str(answer.status)).inc()
+            self.metrics.request_done(model, answer.backend.url, answer.status,
+                                      asyncio.get_running_loop().time() - start)
             return web.Response(status=answer.status, headers=headers, body=answer.body)
         if failure is not None:
             err = ProxyError(failure.status, f"The backend failed before answering ({failure.reason}).")
@@ -147,7 +148,7 @@ class Dispatcher:
         else:
             err = ProxyError(503, "No backend is available to serve this request.", headers={"Retry-After": "1"})
             backend = ""
-        self.metrics.requests.labels(model, backend, str(err.status)).inc()
+        self.metrics.request_done(model, backend, err.status, asyncio.get_running_loop().time() - start)
         return error_response(err, {"X-Request-Id": request_id, "x-flotilla-backend": backend})
 
     @staticmethod
@@ -216,10 +217,8 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         model = fwd.info.model or ""
         status = upstream.status if result.completed else (499 if result.client_gone else 502)
-        self.metrics.requests.labels(model, backend.url, str(status)).inc()
-        self.metrics.latency.labels(model).observe(loop.time() - start)
-        if result.first_byte_at_s is not None:
-            self.metrics.ttft.labels(model).observe(result.first_byte_at_s - start)
+        ttft_s = result.first_byte_at_s - start if result.first_byte_at_s is not None else None
+        self.metrics.request_done(model, backend.url, status, loop.time() - start, ttft_s)
         if result.completed and upstream.status < 500:
             self.pool.record_success(backend)
         elif result.completed:

@@ -38,8 +38,33 @@ class RouterMetrics:
                                 ["backend"], registry=r)
         self.state = Gauge("flotilla_backend_state", "1 for the state each backend is in",
                            ["backend", "state"], registry=r)
+        self._requests_by_key: dict[tuple[str, str, int], Counter] = {}
+        self._by_model: dict[str, tuple[Histogram, Histogram]] = {}
+        self._decisions_by_key: dict[tuple[str, str], Counter] = {}
         self.client_disconnects = Counter("flotilla_client_disconnects",
                                           "Requests whose client went away before the end", registry=r)
+
+    def request_done(self, model: str, backend: str, status: int, latency_s: float,
+                     ttft_s: float | None = None) -> None:
+        """Count one answered request. Label children are cached: `labels()` takes a lock and
+        validates on every call, which is measurable per request."""
+        key = (model, backend, status)
+        counter = self._requests_by_key.get(key)
+        if counter is None:
+            counter = self._requests_by_key[key] = self.requests.labels(model, backend, str(status))
+        counter.inc()
+        latency, ttft = self._by_model.get(model, (None, None))
+        if latency is None:
+            latency, ttft = self._by_model[model] = (self.latency.labels(model), self.ttft.labels(model))
+        latency.observe(latency_s)
+        if ttft_s is not None:
+            ttft.observe(ttft_s)
+
+    def decision(self, policy: str, rule: str) -> None:
+        child = self._decisions_by_key.get((policy, rule))
+        if child is None:
+            child = self._decisions_by_key[(policy, rule)] = self.decisions.labels(policy, rule)
+        child.inc()
 
     def refresh_pool(self, pool: BackendPool, now_s: float) -> None:
         for gauge in (self.in_flight, self.scrape_age, self.state):

@@ -34,7 +34,7 @@ class Router:
         decision = self.policy.select(views, info)
         if decision is None:
             return None
-        self.metrics.decisions.labels(self.policy_name, decision.rule).inc()
+        self.metrics.decision(self.policy_name, decision.rule)
         return backends[decision.index], decision
 
     def feedback(self, backend: Backend, info: RequestInfo, now_s: float, prompt_tokens: int,

@@ -34,6 +34,8 @@ class Knobs:
     """Drop the connection without answering, like a crashed engine."""
     die_after_chunks: int | None = None
     """Drop the connection after this many streamed chunks."""
+    truncate_body: bool = False
+    """Promise a 1000-byte JSON body, send 10 bytes of it, drop the connection."""
     health_status: int = 200
     health_body: bytes = b""
     metrics_text: str = ""
@@ -118,6 +120,12 @@ class FakeBackend:
             return web.json_response({"error": {"message": f"{self.name} says {k.status}", "type": "x",
                                                 "code": k.status}}, status=k.status, headers=headers)
         chat = request.path.endswith("chat/completions")
+        if k.truncate_body:
+            resp = web.StreamResponse(headers={"Content-Type": "application/json", "Content-Length": "1000"})
+            await resp.prepare(request)
+            await resp.write(b'{"id": "cm')
+            request.transport.close()
+            raise asyncio.CancelledError
         if body.get("stream"):
             return await self._stream(request, body, chat)
         for _ in range(k.chunks):

@@ -97,6 +97,16 @@ async def test_backend_dying_mid_stream_ends_the_stream_with_an_error_event_and_
     assert other.received == 0  # never retried once streaming began
 
 
+async def test_a_json_body_cut_short_becomes_a_502_error_not_a_truncated_answer(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    b = await fake_backend(truncate_body=True)
+    p = await proxy_for([b])
+    async with aiohttp.ClientSession() as s:
+        async with s.post(p.url + "/v1/completions", json=BODY) as r:
+            assert r.status == 502
+            assert "mid-response" in (await r.json())["error"]["message"]
+
+
 async def test_retryable_statuses_go_to_another_backend_and_429_retry_after_is_honoured(
         fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
     busy = await fake_backend("busy", status=429, retry_after="0.15")
