@@ -53,9 +53,11 @@ def summary_table(result: RunResult) -> str:
     """The figures of one run and its latency table."""
     s = result.summary
     rows = [[label, fmt(s)] for label, fmt in _FIGURES]
+    if s.slo is not None:
+        bounds = (("ttft", s.slo.ttft_s), ("tpot", s.slo.tpot_s), ("e2e", s.slo.e2e_s))
+        rows.append(["goodput SLO (s)", ",".join(f"{k}={v:g}" for k, v in bounds if v is not None)])
     rows += [["backend " + name, str(n)] for name, n in s.requests_per_backend.items()]
-    slo = f"  (SLO {s.slo})" if s.slo else ""
-    return f"{_table(['run', result.label], rows)}{slo}\n\n{latency_table(s)}"
+    return f"{_table(['run', result.label], rows)}\n\n{latency_table(s)}"
 
 
 def compare_table(results: Sequence[RunResult]) -> str:
