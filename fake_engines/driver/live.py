@@ -5,8 +5,9 @@ Loop: ask the core for a step, ask the perf model how long it takes, sleep that 
 observer (metrics) what happened. With pipeline parallelism up to `max_concurrent_batches`
 steps are in flight, a new one starting every step_time / pp.
 
-Times given to observers are *engine seconds*: real elapsed time divided by `time_scale`, so a
-look-alike run at `--time-scale 0.01` reports the latencies the modelled engine would have.
+Times given to observers are *engine seconds*: the modelled step durations while the engine is
+busy, real elapsed time divided by `time_scale` while it idles. A look-alike run at
+`--time-scale 0.01` therefore reports the latencies the modelled engine would have.
 """
 
 from __future__ import annotations
@@ -90,7 +91,12 @@ class DriverObserver(Protocol):
 
 
 class LiveDriver:
-    """Drives one engine core in real time; all engine state changes happen on the event loop."""
+    """Drives one engine core in real time; all engine state changes happen on the event loop.
+
+    The engine clock advances by exactly the modelled step durations while steps run, so event-loop
+    latency never leaks into step times; while idle it follows real time / time_scale, and a request
+    arriving at an idle engine starts its first step at its own arrival time.
+    """
 
     def __init__(self, core: EngineCore, step_time_s: Callable[[StepBatch], float], time_scale: float = 1.0,
                  observer: DriverObserver | None = None) -> None:
@@ -101,15 +107,24 @@ class LiveDriver:
         self.time_scale = time_scale
         self.observer = observer
         self.handles: dict[str, RequestHandle] = {}
-        self._t0 = time.monotonic()
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._inflight: list[tuple[float, float, ScheduledStep]] = []
+        self._clock_s = 0.0  # engine time of the last event (step end or idle wake-up)
+        self._clock_real = time.monotonic()  # real time of that event
         self._next_start_s = 0.0
+        self._idle_wake_s: float | None = None
 
     def now_s(self) -> float:
-        """Engine seconds since the driver was created."""
-        return (time.monotonic() - self._t0) / self.time_scale
+        """Engine seconds since the driver was created (never past the next step end while busy)."""
+        now = self._clock_s + (time.monotonic() - self._clock_real) / self.time_scale
+        if self._inflight:
+            return min(now, min(finish for finish, _, _ in self._inflight))
+        return now
+
+    def _set_clock(self, engine_s: float) -> None:
+        self._clock_s = engine_s
+        self._clock_real = time.monotonic()
 
     def start(self) -> None:
         """Start the step loop on the running event loop."""
@@ -138,6 +153,8 @@ class LiveDriver:
         self.core.add_request(request)
         handle = RequestHandle(request, RequestTimes(arrival_s=now))
         self.handles[request.request_id] = handle
+        if not self._inflight and self._idle_wake_s is None:
+            self._idle_wake_s = now
         self._wakeup.set()
         return handle
 
@@ -154,17 +171,24 @@ class LiveDriver:
 
     async def _run(self) -> None:
         while True:
+            if not self._inflight and self._idle_wake_s is not None:
+                self._set_clock(max(self._clock_s, self._idle_wake_s))
+                self._idle_wake_s = None
             self._launch_steps()
             if not self._inflight:
                 self._wakeup.clear()
-                await self._wakeup.wait()
+                if self._idle_wake_s is None:
+                    self._set_clock(self.now_s())
+                    await self._wakeup.wait()
                 continue
-            await self._sleep_until(self._next_event_s())
+            target = self._next_event_s()
+            await asyncio.sleep(max(0.0, (target - self._clock_s) * self.time_scale))
+            self._set_clock(target)
             self._finish_due_steps()
 
     def _launch_steps(self) -> None:
-        now = self.now_s()
-        while len(self._inflight) < self.core.max_concurrent_batches and now >= self._next_start_s:
+        now = self._clock_s
+        while len(self._inflight) < self.core.max_concurrent_batches and now >= self._next_start_s - 1e-12:
             step = self.core.schedule()
             if step is None:
                 return
@@ -179,25 +203,12 @@ class LiveDriver:
     def _next_event_s(self) -> float:
         earliest_finish = min(finish for finish, _, _ in self._inflight)
         if len(self._inflight) < self.core.max_concurrent_batches:
-            return min(earliest_finish, max(self._next_start_s, self.now_s()))
+            return min(earliest_finish, max(self._next_start_s, self._clock_s))
         return earliest_finish
 
-    async def _sleep_until(self, engine_s: float) -> None:
-        delay = max(0.0, (engine_s - self.now_s()) * self.time_scale)
-        self._wakeup.clear()
-        if len(self._inflight) < self.core.max_concurrent_batches:
-            # A new request may start another pipelined batch before the next finish.
-            try:
-                await asyncio.wait_for(self._wakeup.wait(), delay)
-            except TimeoutError:
-                pass
-        else:
-            await asyncio.sleep(delay)
-
     def _finish_due_steps(self) -> None:
-        now = self.now_s()
         self._inflight.sort(key=lambda item: item[0])
-        while self._inflight and self._inflight[0][0] <= now + 1e-9:
+        while self._inflight and self._inflight[0][0] <= self._clock_s + 1e-12:
             finish_s, start_s, step = self._inflight.pop(0)
             self._finish(step, start_s, finish_s)
 

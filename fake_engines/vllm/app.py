@@ -10,6 +10,7 @@ from pathlib import Path
 from aiohttp import web
 
 from fake_engines.core import OutputLengthSampler, decode, encode
+from fake_engines.driver.chat import chat_prompt
 from fake_engines.driver.live import LiveDriver
 from fake_engines.driver.serving import json_body
 from fake_engines.vllm import engine
@@ -161,18 +162,6 @@ async def metrics(request: web.Request) -> web.Response:
     """Prometheus text exposition of the vllm:* families."""
     body = request.app[SERVER_KEY].metrics.render()
     return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
-
-
-def chat_prompt(messages: list) -> str:
-    """ChatML rendering with the generation prompt (the captured models' chat template)."""
-    parts = []
-    for message in messages:
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, list):
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        role = message.get("role", "user") if isinstance(message, dict) else "user"
-        parts.append(f"<|im_start|>{role}\n{content or ''}<|im_end|>\n")
-    return "".join(parts) + "<|im_start|>assistant\n"
 
 
 async def tokenize(request: web.Request) -> web.Response:

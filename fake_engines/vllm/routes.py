@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from fake_engines.core import EngineRequest, RequestRejected, decode, encode
+from fake_engines.driver.chat import chat_prompt
 from fake_engines.driver.live import RequestHandle
 from fake_engines.driver.serving import json_body, open_sse, send_event
 from fake_engines.vllm import errors, shapes
-from fake_engines.vllm.app import SERVER_KEY, VllmServer, chat_prompt
+from fake_engines.vllm.app import SERVER_KEY, VllmServer
 from fake_engines.vllm.telemetry import RequestParams
 
 SSE_HEADERS = {"content-type": "text/event-stream; charset=utf-8"}

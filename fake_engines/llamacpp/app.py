@@ -1,0 +1,249 @@
+"""The fake llama-server aiohttp application: state, middlewares and the informational routes."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from fake_engines.core import OutputLengthSampler, SlotState, decode, encode
+from fake_engines.driver.chat import CHATML_TEMPLATE
+from fake_engines.driver.live import LiveDriver
+from fake_engines.driver.serving import json_body
+from fake_engines.llamacpp import engine
+from fake_engines.llamacpp.config import BUILD_INFO, LlamaServerConfig
+from fake_engines.llamacpp.errors import LlamaError, loading, not_found, parse_json
+from fake_engines.llamacpp.metrics import METRICS_CONTENT_TYPE, render_metrics
+from fake_engines.llamacpp.model import GgufModel, load_model
+from fake_engines.llamacpp.shapes import generation_settings
+from fake_engines.llamacpp.telemetry import LlamaTelemetry
+
+PUBLIC_PATHS = {"/health", "/v1/health", "/models", "/v1/models", "/api/tags"}
+
+
+@dataclass
+class LlamaServer:
+    """Everything the handlers share."""
+
+    config: LlamaServerConfig
+    """Start-up flags."""
+    model: GgufModel
+    """What -m loaded."""
+    spec: engine.LlamaEngineSpec
+    """Placement and cold start."""
+    driver: LiveDriver
+    """Runs the slots in (scaled) real time."""
+    telemetry: LlamaTelemetry
+    """server_metrics."""
+    sampler: OutputLengthSampler
+    """Seeded output lengths."""
+    lora_scales: list[float] = field(default_factory=list)
+    """Global scale of each preloaded adapter (POST /lora-adapters changes them)."""
+    ready: bool = False
+    """False while the model loads: every route answers 503."""
+    created: int = field(default_factory=lambda: int(time.time()))
+    """Unix time for `created` fields."""
+    next_id: int = 0
+    """Counter for engine request ids."""
+
+    def request_id(self) -> str:
+        """A new engine request id."""
+        self.next_id += 1
+        return f"task-{self.next_id}"
+
+    @property
+    def slot_n_ctx(self) -> int:
+        """Context of one slot."""
+        return self.driver.core.config.slot_n_ctx
+
+
+SERVER_KEY = web.AppKey("llama_server", LlamaServer)
+
+
+def build_server(config: LlamaServerConfig) -> LlamaServer:
+    """Load the model description, place layers, wire core, driver and counters."""
+    model = load_model(config.model)
+    spec = engine.size_engine(config, model)
+    core = engine.build_scheduler(config, model)
+    telemetry = LlamaTelemetry(core)
+    driver = LiveDriver(core, engine.step_time_fn(spec), config.time_scale, telemetry)
+    sampler = OutputLengthSampler(seed=config.seed, mean_output_tokens=config.mean_output_tokens)
+    return LlamaServer(config, model, spec, driver, telemetry, sampler, [s for _, s in config.loras])
+
+
+def create_app(config: LlamaServerConfig) -> web.Application:
+    """The aiohttp app serving llama-server's routes."""
+    from fake_engines.llamacpp import routes
+
+    app = web.Application(middlewares=[llama_errors, api_key_guard], client_max_size=64 * 2**20)
+    app[SERVER_KEY] = build_server(config)
+    app.on_response_prepare.append(_server_headers)
+    for path in ("/health", "/v1/health"):
+        app.router.add_get(path, health)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/props", props)
+    app.router.add_get("/slots", slots)
+    for path in ("/models", "/v1/models", "/api/tags"):
+        app.router.add_get(path, models)
+    for path in ("/completion", "/completions"):
+        app.router.add_post(path, routes.native_completion)
+    app.router.add_post("/v1/completions", routes.completions)
+    for path in ("/chat/completions", "/v1/chat/completions", "/api/chat"):
+        app.router.add_post(path, routes.chat_completions)
+    app.router.add_post("/tokenize", tokenize)
+    app.router.add_post("/detokenize", detokenize)
+    app.router.add_get("/lora-adapters", lora_adapters)
+    app.router.add_post("/lora-adapters", set_lora_adapters)
+    app.on_startup.append(_start_driver)
+    app.on_cleanup.append(_stop_driver)
+    return app
+
+
+async def _start_driver(app: web.Application) -> None:
+    app[SERVER_KEY].driver.start()
+
+
+async def _stop_driver(app: web.Application) -> None:
+    await app[SERVER_KEY].driver.stop()
+
+
+async def _server_headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["Server"] = "llama.cpp"
+    response.headers["Access-Control-Allow-Origin"] = ""
+
+
+@web.middleware
+async def llama_errors(request: web.Request, handler):
+    """503 while loading, httplib's 404 for unknown routes, the error envelope for LlamaError."""
+    if not request.app[SERVER_KEY].ready:
+        return loading()
+    try:
+        return await handler(request)
+    except LlamaError as err:
+        return err.response()
+    except (web.HTTPNotFound, web.HTTPMethodNotAllowed):
+        return not_found()
+
+
+@web.middleware
+async def api_key_guard(request: web.Request, handler):
+    """With --api-key every non-public route needs the bearer token."""
+    key = request.app[SERVER_KEY].config.api_key
+    if key and request.path not in PUBLIC_PATHS and request.headers.get("Authorization") != f"Bearer {key}":
+        raise LlamaError(401, "Invalid API Key")
+    return await handler(request)
+
+
+async def health(request: web.Request) -> web.Response:
+    """{"status":"ok"} once loaded (the middleware answers 503 before)."""
+    return json_body({"status": "ok"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """llamacpp:* exposition; 501 without --metrics."""
+    server = request.app[SERVER_KEY]
+    if not server.config.metrics:
+        raise LlamaError(501, "This server does not support metrics endpoint. Start it with `--metrics`")
+    stats = server.driver.core.stats()
+    text = render_metrics(server.telemetry.counters, stats.num_running, stats.num_waiting)
+    return web.Response(text=text, headers={"Content-Type": METRICS_CONTENT_TYPE,
+                                            "Process-Start-Time-Unix": str(server.created)})
+
+
+def _slot_body(slot: SlotState, server: LlamaServer) -> dict:
+    body: dict = {"id": slot.id, "n_ctx": slot.n_ctx, "speculative": False, "is_processing": slot.is_processing}
+    if slot.id_task < 0:
+        return body
+    lora = [] if slot.lora is None else [{"id": i, "scale": s} for i, s in _parse_lora_key(slot.lora)]
+    body.update({"id_task": slot.id_task, "n_prompt_tokens": slot.n_prompt_tokens,
+                 "n_prompt_tokens_processed": slot.n_prompt_tokens_processed,
+                 "n_prompt_tokens_cache": slot.n_prompt_tokens_cache,
+                 "params": generation_settings(slot.n_decoded + max(slot.n_remain, 0), True, lora),
+                 "next_token": [{"has_next_token": slot.is_processing, "has_new_line": False,
+                                 "n_remain": slot.n_remain, "n_decoded": slot.n_decoded}]})
+    return body
+
+
+def _parse_lora_key(key: str) -> list[tuple[int, float]]:
+    return [(int(i), float(s)) for i, s in (part.split(":") for part in key.split(",") if part)]
+
+
+async def slots(request: web.Request) -> web.Response:
+    """Per-slot state; 501 with --no-slots."""
+    server = request.app[SERVER_KEY]
+    if not server.config.slots:
+        raise LlamaError(501, "This server does not support slots endpoint. Start it with `--slots`")
+    return json_body([_slot_body(s, server) for s in server.driver.core.stats().slots])
+
+
+async def props(request: web.Request) -> web.Response:
+    """Server properties: slot count, context, model, chat template, build."""
+    server, config = request.app[SERVER_KEY], request.app[SERVER_KEY].config
+    return json_body({
+        "default_generation_settings": {"params": generation_settings(-1, False, []), "n_ctx": server.slot_n_ctx},
+        "total_slots": len(server.driver.core.stats().slots), "model_alias": config.model_id,
+        "model_ftype": server.model.ftype, "model_path": config.model,
+        "modalities": {"vision": False, "video": False, "audio": False}, "endpoint_slots": config.slots,
+        "endpoint_props": False, "endpoint_metrics": config.metrics, "chat_template": CHATML_TEMPLATE,
+        "bos_token": "<s>", "eos_token": "</s>", "build_info": BUILD_INFO, "is_sleeping": False})
+
+
+async def models(request: web.Request) -> web.Response:
+    """Ollama-style `models` and OpenAI-style `data` side by side, as llama-server answers."""
+    server = request.app[SERVER_KEY]
+    mid, model = server.config.model_id, server.model
+    ollama = {"name": mid, "model": mid, "modified_at": "", "size": "", "digest": "", "type": "model",
+              "description": "", "tags": [""], "capabilities": ["completion"], "parameters": "",
+              "details": {"parent_model": "", "format": "gguf", "family": "", "families": [""],
+                          "parameter_size": "", "quantization_level": ""}}
+    meta = {"vocab_type": 2, "n_vocab": model.vocab_size, "n_ctx": server.slot_n_ctx,
+            "n_ctx_train": model.n_ctx_train, "n_embd": model.spec.hidden, "n_params": int(model.spec.params),
+            "size": model.size_bytes, "ftype": model.ftype}
+    card = {"id": mid, "aliases": [mid], "tags": [], "object": "model", "created": server.created,
+            "owned_by": "llamacpp", "meta": meta}
+    return json_body({"models": [ollama], "object": "list", "data": [card]})
+
+
+async def tokenize(request: web.Request) -> web.Response:
+    """{"tokens": [...]}; with_pieces adds each token's text."""
+    body = parse_json(await request.read())
+    content = body.get("content", body.get("prompt", ""))
+    tokens = encode(content) if isinstance(content, str) else []
+    if body.get("with_pieces"):
+        return json_body({"tokens": [{"id": t, "piece": decode([t])} for t in tokens]})
+    return json_body({"tokens": tokens})
+
+
+async def detokenize(request: web.Request) -> web.Response:
+    """{"content": text}."""
+    body = parse_json(await request.read())
+    tokens = body.get("tokens", [])
+    try:
+        return json_body({"content": decode([int(t) for t in tokens])})
+    except (TypeError, ValueError) as exc:
+        raise LlamaError(400, str(exc)) from None
+
+
+async def lora_adapters(request: web.Request) -> web.Response:
+    """Preloaded adapters and their global scales."""
+    server = request.app[SERVER_KEY]
+    return json_body([{"id": i, "path": path, "scale": server.lora_scales[i], "task_name": "", "prompt_prefix": ""}
+                      for i, (path, _) in enumerate(server.config.loras)])
+
+
+async def set_lora_adapters(request: web.Request) -> web.Response:
+    """Set global scales: [{"id": 0, "scale": 0.5}]; adapters not listed go to 0."""
+    server = request.app[SERVER_KEY]
+    raw = await request.read()
+    items = parse_json(b'{"l":' + raw + b"}")["l"] if raw.strip() else []
+    if not isinstance(items, list):
+        raise LlamaError(400, "Request body must be an array")
+    scales = [0.0] * len(server.lora_scales)
+    for item in items:
+        index = item.get("id") if isinstance(item, dict) else None
+        if not isinstance(index, int) or not 0 <= index < len(scales):
+            raise LlamaError(400, f"invalid adapter id {index}")
+        scales[index] = float(item.get("scale", 0.0))
+    server.lora_scales = scales
+    return json_body({"success": True})

@@ -1,0 +1,73 @@
+"""Starting the fake llama-server: the port opens at once and answers 503 until the model is loaded."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from fake_engines.driver.serving import bind_socket, start_on_socket
+from fake_engines.llamacpp.app import SERVER_KEY, LlamaServer, create_app
+from fake_engines.llamacpp.config import LlamaServerConfig
+
+
+@dataclass
+class RunningLlama:
+    """A started look-alike."""
+
+    runner: web.AppRunner
+    """The aiohttp runner (listening from the start)."""
+    sock: socket.socket
+    """The listening socket."""
+    app: web.Application
+    """The application."""
+    ready: asyncio.Event
+    """Set when the model is loaded (/health turns 200)."""
+    load_task: asyncio.Task | None = None
+    """The task that ends the load."""
+
+    @property
+    def port(self) -> int:
+        """The bound TCP port."""
+        return self.sock.getsockname()[1]
+
+    @property
+    def server(self) -> LlamaServer:
+        """Shared handler state."""
+        return self.app[SERVER_KEY]
+
+    async def wait_ready(self) -> None:
+        """Return once the model is loaded."""
+        await self.ready.wait()
+
+    async def close(self) -> None:
+        """Stop serving and the engine loop."""
+        if self.load_task is not None:
+            self.load_task.cancel()
+        await self.runner.cleanup()
+
+    async def drain_and_close(self) -> None:
+        """SIGTERM path: stop accepting, let in-flight requests finish, then stop."""
+        for site in list(self.runner.sites):
+            await site.stop()
+        await self.server.driver.drain()
+        await self.close()
+
+
+async def start_llama(config: LlamaServerConfig, cold_start: bool = True) -> RunningLlama:
+    """Listen at once; after the modelled load (scaled by time_scale) the routes start answering."""
+    app = create_app(config)
+    sock = bind_socket(config.host, config.port)
+    runner = await start_on_socket(app, sock)
+    running = RunningLlama(runner, sock, app, asyncio.Event())
+    delay_s = running.server.spec.cold_start_s * config.time_scale if cold_start else 0.0
+
+    async def load() -> None:
+        await asyncio.sleep(delay_s)
+        running.server.ready = True
+        running.ready.set()
+
+    running.load_task = asyncio.get_running_loop().create_task(load())
+    return running
