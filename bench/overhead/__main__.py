@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="markdown file whose overhead section is replaced")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
+    load_before = os.getloadavg()[0]  # other jobs on the machine skew every figure; say so
     try:
         import uvloop
         runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
@@ -115,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     with runner:
         results = runner.run(run(args))
     machine = (f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
-               f"Python {platform.python_version()}, {platform.system()} {platform.release()}")
+               f"Python {platform.python_version()}, {platform.system()} {platform.release()}, "
+               f"load average {load_before:.1f} before the run")
     command = "python -m bench.overhead " + " ".join(argv if argv is not None else sys.argv[1:])
     text = section(results, args.rate, args.duration_s, args.concurrency, machine, command.strip())
     print(text)

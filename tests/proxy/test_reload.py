@@ -2,10 +2,7 @@ import asyncio
 import os
 from pathlib import Path
 
-import pytest
-
 from policies.routing.base import BackendState
-from proxy.config import BackendSpec, ConfigError, parse_fleet
 from tests.proxy.conftest import BackendFactory, ProxyFactory
 
 
@@ -14,17 +11,6 @@ def write_fleet(path: Path, urls: list[str], stamp: int) -> None:
     lines += [f"    - {{url: '{u}', flavor: vllm, models: [tiny-llama]}}" for u in urls]
     path.write_text("\n".join(lines) + "\n")
     os.utime(path, (stamp, stamp))  # mtime moves even within one clock tick
-
-
-def test_fleet_file_backends_and_policy() -> None:
-    fleet = parse_fleet("policy: weighted\nbackends:\n  - http://127.0.0.1:1\n"
-                        "  - {url: 'http://127.0.0.1:2/', flavor: llamacpp, models: m, weight: 3}\n")
-    assert fleet.policy == "weighted"
-    assert fleet.backends == (BackendSpec("http://127.0.0.1:1"),
-                              BackendSpec("http://127.0.0.1:2", "llamacpp", ("m",), 3.0))
-    with pytest.raises(ConfigError) as exc:
-        parse_fleet("backends:\n  - {url: 'http://x:1', flavor: sglang}\n")
-    assert exc.value.field == "flavor"
 
 
 async def test_changed_fleet_file_adds_and_drains_backends(fake_backend: BackendFactory, proxy_for: ProxyFactory,
