@@ -57,10 +57,16 @@ class RelayResult:
     """The whole body when it was small JSON (for usage)."""
 
 
+def _connection_listed(headers: Mapping[str, str]) -> set[str]:
+    """Headers the sender marked hop-by-hop by naming them in Connection (RFC 9110 7.6.1)."""
+    return {t.strip().lower() for t in headers.get("Connection", "").split(",") if t.strip()}
+
+
 def upstream_headers(headers: Mapping[str, str], request_id: str) -> CIMultiDict[str]:
     out: CIMultiDict[str] = CIMultiDict()
+    drop = NOT_FORWARDED_UP | _connection_listed(headers)
     for name, value in headers.items():
-        if name.lower() not in NOT_FORWARDED_UP:
+        if name.lower() not in drop:
             out.add(name, value)
     out["X-Request-Id"] = request_id
     return out
@@ -68,8 +74,9 @@ def upstream_headers(headers: Mapping[str, str], request_id: str) -> CIMultiDict
 
 def downstream_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
     out: CIMultiDict[str] = CIMultiDict()
+    drop = NOT_FORWARDED_DOWN | _connection_listed(headers)
     for name, value in headers.items():
-        if name.lower() not in NOT_FORWARDED_DOWN:
+        if name.lower() not in drop:
             out.add(name, value)
     return out
 
