@@ -1,0 +1,215 @@
+"""The fake llama-server over real sockets: openai SDK, captured shapes and errors, slots, deferral,
+prompt reuse, LoRA turn-taking, disconnects and the loading phase."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+
+import aiohttp
+import openai
+import pytest
+
+from fake_engines.llamacpp.config import LlamaServerConfig
+from fake_engines.llamacpp.server import start_llama
+from tests.conftest import SHARED
+from tests.fake_engines.engine_thread import EngineThread
+from tests.fake_engines.scrape import fetch_text, value
+
+CAPTURES = SHARED / "real-engines" / "llama.cpp"
+MODEL = "llama-3.1-8b-Q4_K_M.gguf"
+
+
+def _config(**overrides) -> LlamaServerConfig:
+    base = {"model": MODEL, "port": 0, "time_scale": 0.01, "metrics": True, "n_parallel": 2, "n_ctx": 2048}
+    return LlamaServerConfig(**{**base, **overrides})
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with EngineThread(lambda: start_llama(_config(), cold_start=False)) as running:
+        yield running
+
+
+def _post(base: str, path: str, body: bytes) -> tuple[int, dict]:
+    req = urllib.request.Request(base + path, data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_openai_sdk_sync_and_async_against_llama_server(engine):
+    client = openai.OpenAI(base_url=engine.base_url + "/v1", api_key="x")
+    completion = client.completions.create(model="ignored", prompt="Hello world, the quick brown fox", max_tokens=8,
+                                           extra_body={"ignore_eos": True})
+    assert completion.model == MODEL and completion.usage.completion_tokens == 8
+    chat = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+    assert chat.choices[0].message.content and chat.object == "chat.completion"
+    chunks = list(client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hello"}],
+                                                 max_tokens=5, stream=True, extra_body={"ignore_eos": True}))
+    assert chunks[0].choices[0].delta.role == "assistant" and chunks[0].choices[0].delta.content is None
+    assert chunks[-1].choices[0].finish_reason == "length" and chunks[-1].choices[0].delta.content is None
+    assert chunks[-1].model_extra["timings"]["predicted_n"] == 5
+    assert asyncio.run(_async_stream(engine.base_url)) == 6
+
+
+async def _async_stream(base: str) -> int:
+    client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="x")
+    stream = await client.completions.create(model="x", prompt="abcd" * 10, max_tokens=6, stream=True,
+                                             extra_body={"ignore_eos": True})
+    chunks = [c async for c in stream]
+    await client.close()
+    last = chunks[-1]
+    assert last.choices[0].finish_reason == "length" and last.choices[0].text == ""
+    assert "timings" in last.model_extra
+    return last.usage.completion_tokens
+
+
+@pytest.mark.parametrize("name", ["047_err_missing_messages_chat", "048_err_missing_prompt_completions",
+                                  "054_err_max_tokens_negative_chat", "056_err_temperature_wrong_type_completions",
+                                  "059_err_messages_not_a_list", "060_err_stream_wrong_type", "061_err_empty_body"])
+def test_error_bodies_match_the_capture(engine, name):
+    raw = (CAPTURES / f"{name}.req.json").read_text()
+    expected = json.loads((CAPTURES / f"{name}.http").read_text().split("\n\n", 1)[1])
+    path = "/v1/chat/completions" if "messages" in raw or "chat" in name else "/v1/completions"
+    assert _post(engine.base_url, path, raw.encode()) == (expected["error"]["code"], expected)
+
+
+def test_prompt_longer_than_a_slot_is_exceed_context_size_error(engine):
+    status, body = _post(engine.base_url, "/v1/completions", json.dumps({"prompt": "abcd" * 3001}).encode())
+    assert status == 400
+    assert body == {"error": {"code": 400, "message": "request (3001 tokens) exceeds the available context size "
+                              "(1024 tokens), try increasing it", "type": "exceed_context_size_error",
+                              "n_prompt_tokens": 3001, "n_ctx": 1024}}
+
+
+def test_unknown_route_and_idle_slots_look_like_the_capture(engine):
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(engine.base_url + "/version", timeout=10)
+    assert err.value.code == 404 and json.loads(err.value.read())["error"]["message"] == "File Not Found"
+    models = json.loads(fetch_text(engine.base_url, "/v1/models"))
+    assert models["data"][0]["id"] == MODEL and models["data"][0]["meta"]["n_ctx"] == 1024
+    props = json.loads(fetch_text(engine.base_url, "/props"))
+    assert props["total_slots"] == 2 and props["build_info"] == "b1-0c1e570"
+
+
+def test_identical_prompt_reuses_the_slot_cache_except_one_token(engine):
+    body = json.dumps({"prompt": "0123456789abcdef" * 40, "max_tokens": 2}).encode()
+    before = fetch_text(engine.base_url)
+    _, first = _post(engine.base_url, "/v1/completions", body)
+    _, second = _post(engine.base_url, "/v1/completions", body)
+    after = fetch_text(engine.base_url)
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == 159
+    assert second["timings"]["cache_n"] == 159 and second["timings"]["prompt_n"] == 1
+    assert value(after, "llamacpp:prompt_tokens_cached_total") - value(before, "llamacpp:prompt_tokens_cached_total") \
+        >= 159
+
+
+async def _complete(session, base, body):
+    async with session.post(base + "/v1/completions", json=body) as resp:
+        assert resp.status == 200
+        return await resp.json()
+
+
+async def _served(config: LlamaServerConfig):
+    running = await start_llama(config, cold_start=False)
+    await running.wait_ready()
+    return running, f"http://127.0.0.1:{running.port}"
+
+
+async def test_two_slots_and_five_requests_defer_three():
+    running, base = await _served(_config(time_scale=0.5))
+    try:
+        async with aiohttp.ClientSession() as session:
+            body = {"prompt": "hello there", "max_tokens": 100, "ignore_eos": True}
+            tasks = [asyncio.create_task(_complete(session, base, body)) for _ in range(5)]
+            seen = set()
+            while not all(t.done() for t in tasks):
+                async with session.get(base + "/metrics") as resp:
+                    text = await resp.text()
+                seen.add((value(text, "llamacpp:requests_processing"), value(text, "llamacpp:requests_deferred")))
+                await asyncio.sleep(0.01)
+            await asyncio.gather(*tasks)
+    finally:
+        await running.close()
+    assert (2, 3) in seen and all(p <= 2 for p, _ in seen)
+
+
+async def test_mixed_lora_requests_take_turns_and_same_lora_requests_share_steps(tmp_path):
+    config = _config(time_scale=0.05, loras=[(str(tmp_path / "a.gguf"), 0.0), (str(tmp_path / "b.gguf"), 0.0)])
+    running, base = await _served(config)
+    try:
+        async with aiohttp.ClientSession() as session:
+            decodes = []
+            for adapters in ((0, 0), (0, 1)):
+                async with session.get(base + "/metrics") as resp:
+                    before = value(await resp.text(), "llamacpp:n_decode_total")
+                bodies = [{"prompt": "hi", "max_tokens": 40, "ignore_eos": True, "lora": [{"id": a, "scale": 1.0}]}
+                          for a in adapters]
+                await asyncio.gather(*[_complete(session, base, b) for b in bodies])
+                async with session.get(base + "/metrics") as resp:
+                    decodes.append(value(await resp.text(), "llamacpp:n_decode_total") - before)
+    finally:
+        await running.close()
+    assert decodes[0] <= 41  # one decode per token, both requests in every step
+    assert decodes[1] >= 79  # different adapters never share a step: twice the steps
+
+
+async def test_disconnect_cancels_the_task_and_frees_the_slot():
+    running, base = await _served(_config(time_scale=1.0))
+    try:
+        async with aiohttp.ClientSession() as session:
+            body = {"prompt": "hello", "max_tokens": 2000, "ignore_eos": True, "stream": True}
+            resp = await session.post(base + "/v1/completions", json=body)
+            events = 0
+            async for line in resp.content:
+                events += line.startswith(b"data: ")
+                if events == 20:
+                    break
+            resp.close()
+            loop = asyncio.get_running_loop()
+            closed = loop.time()
+            while True:
+                async with session.get(base + "/metrics") as r:
+                    text = await r.text()
+                if value(text, "llamacpp:requests_processing") == 0:
+                    break
+                assert loop.time() - closed < 1.0
+                await asyncio.sleep(0.02)
+            async with session.get(base + "/slots") as r:
+                slots = await r.json()
+    finally:
+        await running.close()
+    assert 20 <= value(text, "llamacpp:tokens_predicted_total") < 2000
+    assert not any(s["is_processing"] for s in slots)
+
+
+async def test_every_route_answers_503_loading_model_until_loaded():
+    running = await start_llama(_config(time_scale=0.2, startup_s=1.0))
+    try:
+        async with aiohttp.ClientSession() as session:
+            for path in ("/health", "/v1/models"):
+                async with session.get(f"http://127.0.0.1:{running.port}{path}") as resp:
+                    assert resp.status == 503
+                    assert await resp.json() == {"error": {"message": "Loading model", "type": "unavailable_error",
+                                                           "code": 503}}
+            await running.wait_ready()
+            async with session.get(f"http://127.0.0.1:{running.port}/health") as resp:
+                assert (resp.status, await resp.json()) == (200, {"status": "ok"})
+    finally:
+        await running.close()
+
+
+async def test_metrics_and_slots_answer_501_when_disabled():
+    running, base = await _served(_config(metrics=False, slots=False))
+    try:
+        async with aiohttp.ClientSession() as session:
+            for path in ("/metrics", "/slots"):
+                async with session.get(base + path) as resp:
+                    assert resp.status == 501 and (await resp.json())["error"]["type"] == "not_supported_error"
+    finally:
+        await running.close()
