@@ -1,0 +1,120 @@
+"""`flotilla sim`: replay a trace or a synthetic workload through simulated replicas."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable
+
+HELP = "simulate a fleet under a virtual clock and compare routing policies on identical arrivals"
+DESCRIPTION = """\
+Run a workload through N simulated replicas with the real engine core, the real perf model and
+the real routing policies under a virtual clock. Several --policy values run on the same
+arrivals and print one comparison table; --json prints every run in the loadgen result schema.
+
+examples:
+  flotilla sim --trace tests/data/seed/example9.jsonl --engine fixed --replicas 3 \\
+      --policy round-robin --policy least-outstanding
+  flotilla sim --trace tests/data/seed/example16.jsonl --engine vllm --replicas 4 \\
+      --block-size 8 --num-gpu-blocks-override 100000 --policy session-affinity:home=modulo
+"""
+
+# flag -> (scheduler config field, type, engine kinds it applies to)
+ENGINE_FLAGS: dict[str, tuple[str, type, tuple[str, ...]]] = {
+    "--block-size": ("block_size", int, ("vllm",)),
+    "--max-num-seqs": ("max_num_seqs", int, ("vllm",)),
+    "--max-num-batched-tokens": ("max_num_batched_tokens", int, ("vllm",)),
+    "--max-model-len": ("max_model_len", int, ("vllm",)),
+    "--max-loras": ("max_loras", int, ("vllm",)),
+    "-c": ("n_ctx", int, ("llamacpp",)),
+    "-np": ("n_parallel", int, ("llamacpp",)),
+    "-b": ("n_batch", int, ("llamacpp",)),
+    "-ub": ("n_ubatch", int, ("llamacpp",)),
+    "--slot-prompt-similarity": ("slot_prompt_similarity", float, ("llamacpp",)),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trace", metavar="FILE", help="trace file (Mooncake, Azure, BurstGPT or Flotilla JSONL)")
+    src.add_argument("--synthetic", metavar="SPEC", help="synthetic workload, e.g. agents:sessions=6,turns=5,system=2000")
+    p.add_argument("--format", help="trace format when it cannot be recognised from the file")
+    p.add_argument("--max-requests", type=int, help="stop after this many requests of the workload")
+    p.add_argument("--replicas", type=int, default=4, help="engine replicas behind the router (default 4)")
+    p.add_argument("--engine", choices=("vllm", "llamacpp", "fixed"), default="vllm",
+                   help="engine model: full vLLM, full llama.cpp, or fixed (one request at a time for "
+                        "the trace's service_time_s)")
+    p.add_argument("--model", default="llama-3.1-8b", help="catalogue model (default llama-3.1-8b)")
+    p.add_argument("--gpu", default="h100", help="catalogue GPU (default h100)")
+    p.add_argument("--catalogue", action="append", default=[], metavar="FILE", help="extra catalogue YAML")
+    p.add_argument("-tp", "--tensor-parallel-size", type=int, default=1, dest="tp", help="tensor-parallel size")
+    p.add_argument("-pp", "--pipeline-parallel-size", type=int, default=1, dest="pp", help="pipeline stages")
+    p.add_argument("--link", default="nvlink", help="link between the GPUs of one replica (default nvlink)")
+    p.add_argument("--num-gpu-blocks-override", type=int, help="vLLM KV blocks instead of the capacity model's")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vLLM share of GPU memory")
+    for flag, (field, typ, kinds) in ENGINE_FLAGS.items():
+        p.add_argument(flag, type=typ, dest=f"eng_{field}", help=f"{'/'.join(kinds)} {field}")
+    p.add_argument("--policy", action="append", metavar="SPEC",
+                   help="routing policy NAME[:key=value,...]; repeat to compare (default round-robin)")
+    p.add_argument("--scrape-interval", type=float, metavar="S",
+                   help="policies see engine metrics only as fresh as this scrape interval")
+    p.add_argument("--slo", help="goodput SLOs, e.g. ttft=0.5,tpot=0.05")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print every run as loadgen result JSON")
+    p.add_argument("--output", metavar="PREFIX", help="also write PREFIX-<policy>.json per run")
+    p.add_argument("--plot", metavar="PNG", help="write latency CDFs of the runs to this PNG")
+
+
+def _workload(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    import itertools
+
+    def load() -> Iterable:  # type: ignore[type-arg]
+        if args.trace:
+            from loadgen.readers import read_trace
+            reqs = read_trace(args.trace, args.format)
+        else:
+            from loadgen.synthetic import generate
+            reqs = generate(args.synthetic, seed=args.seed)
+        return itertools.islice(reqs, args.max_requests) if args.max_requests else reqs
+    return load
+
+
+def _spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from fake_engines.perf.batch import Layout
+    from sim.build import EngineSpec
+
+    sched = {field: getattr(args, f"eng_{field}") for field, _, kinds in ENGINE_FLAGS.values()
+             if args.engine in kinds and getattr(args, f"eng_{field}") is not None}
+    return EngineSpec(kind=args.engine, model=args.model, gpu=args.gpu,
+                      layout=Layout(tp=args.tp, pp=args.pp, link=args.link), scheduler=sched,
+                      num_gpu_blocks_override=args.num_gpu_blocks_override,
+                      gpu_memory_utilization=args.gpu_memory_utilization,
+                      catalogue_files=tuple(args.catalogue))
+
+
+def run(args: argparse.Namespace) -> int:
+    from loadgen.stats import parse_slo
+    from sim.report import comparison_table
+    from sim.run import compare
+
+    policies = args.policy or ["round-robin"]
+    slo = parse_slo(args.slo) if args.slo else None
+    try:
+        results = compare(_workload(args), _spec(args), args.replicas, policies, args.seed,
+                          args.scrape_interval, slo)
+    except (ValueError, KeyError, FileNotFoundError) as exc:
+        print(f"flotilla sim: error: {exc}", file=sys.stderr)
+        return 2
+    if args.output:
+        for r in results:
+            r.save(f"{args.output}-{r.label.replace(':', '_').replace(',', '_')}.json")
+    if args.plot:
+        from loadgen.plots import plot_results
+        plot_results(results, args.plot)
+    if args.json:
+        json.dump({"runs": [r.to_json() for r in results]}, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(comparison_table(results))
+    return 0

@@ -1,0 +1,99 @@
+"""Turn a run description (engine kind, model, GPU, layout, scheduler flags) into replicas and jobs.
+
+Nothing here models behaviour: vLLM and llama.cpp replicas are the real engine cores with the
+real perf model's step times; this module only wires them up.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+from fake_engines.core import (
+    LlamaCppScheduler,
+    LlamaCppSchedulerConfig,
+    VllmScheduler,
+    VllmSchedulerConfig,
+    encode,
+)
+from fake_engines.perf.batch import Layout
+from fake_engines.perf.catalogue import load_catalogue
+from loadgen.prompts import PromptBuilder
+from loadgen.trace import TraceRequest
+from sim.fleet import JobFactory, ReplicaFactory
+from sim.replicas import CoreReplica, FixedReplica, Listener, SimJob
+
+ENGINES = ("vllm", "llamacpp", "fixed")
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One replica's engine, as `fake-vllm serve` / `fake-llama-server` flags describe it."""
+
+    kind: str = "vllm"
+    """`vllm`, `llamacpp` or `fixed` (one request at a time for the trace's service time)."""
+    model: str = "llama-3.1-8b"
+    """Catalogue model name."""
+    gpu: str = "h100"
+    """Catalogue GPU name."""
+    layout: Layout = Layout()
+    """Parallel layout of one replica."""
+    scheduler: dict[str, Any] = field(default_factory=dict)
+    """Scheduler flags by config field name (e.g. max_num_seqs, block_size, n_parallel)."""
+    num_gpu_blocks_override: int | None = None
+    """vLLM: KV blocks instead of the capacity model's figure."""
+    gpu_memory_utilization: float = 0.9
+    """vLLM: share of GPU memory the engine may use."""
+    catalogue_files: tuple[str, ...] = ()
+    """Extra catalogue YAML files."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.kind!r}")
+
+
+def replica_factory(spec: EngineSpec, seed: int = 0) -> ReplicaFactory:
+    if spec.kind == "fixed":
+        return FixedReplica
+    from fake_engines.perf.step_time import step_time_s
+
+    cat = load_catalogue(spec.catalogue_files)
+    model, gpu = cat.model(spec.model), cat.gpu(spec.gpu)
+    link = cat.link(spec.layout.link)
+    step_time = functools.partial(step_time_s, model, gpu, layout=spec.layout, link=link)
+
+    def make(index: int, listener: Listener) -> CoreReplica:
+        if spec.kind == "vllm":
+            block_size = int(spec.scheduler.get("block_size", 16))
+            blocks = spec.num_gpu_blocks_override or _kv_cache_blocks(
+                model, gpu, spec.layout, gpu_memory_utilization=spec.gpu_memory_utilization,
+                block_size=block_size)
+            cfg = VllmSchedulerConfig(num_gpu_blocks=blocks, max_concurrent_batches=spec.layout.pp,
+                                      seed=seed + index, **spec.scheduler)
+            core: Any = VllmScheduler(cfg)
+        else:
+            core = LlamaCppScheduler(LlamaCppSchedulerConfig(seed=seed + index, **spec.scheduler))
+        return CoreReplica(index, core, step_time, listener)
+
+    return make
+
+
+def _kv_cache_blocks(*args: Any, **kwargs: Any) -> int:
+    from fake_engines.perf.step_time import kv_cache_blocks
+
+    return int(kv_cache_blocks(*args, **kwargs))
+
+
+def job_factory(spec: EngineSpec, builder: PromptBuilder | None = None) -> JobFactory:
+    """SimJobs from trace requests; engine replicas get the prompt's real token ids."""
+    builder = builder or PromptBuilder()
+
+    def make(req: TraceRequest, index: int) -> SimJob:
+        job = SimJob(index=index, arrival_s=req.timestamp_s, output_len=max(1, req.output_length),
+                     service_time_s=req.service_time_s or 0.0, lora=req.lora)
+        if spec.kind != "fixed":
+            job.prompt_token_ids = encode(builder.build(req, index))
+        return job
+
+    return make

@@ -1,0 +1,187 @@
+"""The whole fleet under a virtual clock: arrivals, routing, engine steps and metric scrapes.
+
+The routing decision is made by the real policy object on `BackendView` snapshots built from
+simulated state, exactly as the proxy builds them from scraped metrics and its own in-flight
+accounting. With `scrape_interval_s` set, engine metrics are only as fresh as the last scrape,
+which shows what stale load signals do to a policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from loadgen.results import RequestRecord, RunResult, Slo
+from loadgen.stats import summarize
+from loadgen.trace import TraceRequest
+from policies.routing.base import BackendView, RequestInfo, RoutingPolicy
+from sim.events import Event, EventQueue, Phase
+from sim.replicas import Listener, ReplicaMetrics, SimJob
+
+
+class Replica(Protocol):
+    index: int
+
+    def submit(self, job: SimJob, now_s: float) -> list[Event]: ...
+
+    def metrics(self) -> ReplicaMetrics: ...
+
+
+ReplicaFactory = Callable[[int, Listener], Replica]
+JobFactory = Callable[[TraceRequest, int], SimJob]
+
+
+@dataclass
+class ReplicaLedger:
+    """Router-side accounting for one replica, as the proxy keeps it."""
+
+    in_flight: int = 0
+    """Requests routed here and not finished."""
+    prefill_tokens: int = 0
+    """Prompt tokens computed here so far (prompt minus cached), from finished requests."""
+    cached_tokens: int = 0
+    """Prompt tokens served from this replica's prefix cache."""
+    scraped: ReplicaMetrics | None = None
+    """Engine metrics as of the last scrape; None before the first."""
+    scraped_at_s: float = 0.0
+
+
+@dataclass
+class _Pending:
+    request: TraceRequest
+    job: SimJob
+    record: RequestRecord
+    replica: int
+    last_token_s: float | None = None
+
+
+@dataclass
+class FleetSim:
+    """One simulated run of a workload through a routing policy and a fleet of replicas."""
+
+    make_replica: ReplicaFactory
+    num_replicas: int
+    policy: RoutingPolicy
+    make_job: JobFactory
+    scrape_interval_s: float | None = None
+    """None: policies see exact engine state at every decision."""
+    slo: Slo | None = None
+    queue: EventQueue = field(default_factory=EventQueue)
+
+    def __post_init__(self) -> None:
+        self.replicas = [self.make_replica(i, self) for i in range(self.num_replicas)]
+        self.ledgers = [ReplicaLedger() for _ in range(self.num_replicas)]
+        self.records: list[RequestRecord] = []
+        self.pending: dict[int, _Pending] = {}
+        self.decisions: dict[str, int] = {}
+
+    # -- arrivals and routing -------------------------------------------------------------
+
+    def run(self, workload: Iterable[TraceRequest], label: str = "sim") -> RunResult:
+        arrivals = iter(enumerate(workload))
+        self.queue.extend(self._next_arrival(arrivals))
+        if self.scrape_interval_s:
+            self.queue.push(Event(0.0, Phase.SCRAPE, self._scrape))
+        self.queue.run()
+        return self._result(label)
+
+    def _next_arrival(self, arrivals: Iterator[tuple[int, TraceRequest]]) -> list[Event]:
+        item = next(arrivals, None)
+        if item is None:
+            self._arrivals_done = True
+            return []
+        self._arrivals_done = False
+        index, req = item
+        return [Event(req.timestamp_s, Phase.ARRIVAL, lambda t: self._arrive(index, req, t, arrivals))]
+
+    def _arrive(self, index: int, req: TraceRequest, now_s: float,
+                arrivals: Iterator[tuple[int, TraceRequest]]) -> list[Event]:
+        job = self.make_job(req, index)
+        job.arrival_s = now_s
+        info = RequestInfo(model=req.model, prompt_token_ids=tuple(job.prompt_token_ids) or None,
+                           session_key=req.session_id, lora=req.lora, request_id=str(index),
+                           prompt_tokens=req.input_length or len(job.prompt_token_ids),
+                           max_tokens=req.output_length)
+        decision = self.policy.select(self._views(now_s), info)
+        if decision is None:
+            raise RuntimeError(f"policy {self.policy.name} chose no replica for request {index}")
+        self.decisions[decision.rule] = self.decisions.get(decision.rule, 0) + 1
+        record = RequestRecord(index=index, session_id=req.session_id, backend=str(decision.index),
+                               scheduled_time_s=now_s, send_time_s=now_s)
+        self.records.append(record)
+        self.pending[index] = _Pending(req, job, record, decision.index)
+        self.ledgers[decision.index].in_flight += 1
+        events = self.replicas[decision.index].submit(job, now_s)
+        return events + self._next_arrival(arrivals)
+
+    def _views(self, now_s: float) -> list[BackendView]:
+        views = []
+        for i, (replica, ledger) in enumerate(zip(self.replicas, self.ledgers, strict=True)):
+            m = replica.metrics() if not self.scrape_interval_s else ledger.scraped
+            views.append(BackendView(
+                index=i, url=f"sim://{i}", in_flight=ledger.in_flight, prefill_tokens=ledger.prefill_tokens,
+                num_requests_running=m.num_requests_running if m else None,
+                num_requests_waiting=m.num_requests_waiting if m else None,
+                kv_cache_usage=m.kv_cache_usage if m else None,
+                metrics_age_s=(now_s - ledger.scraped_at_s) if self.scrape_interval_s and m else 0.0))
+        return views
+
+    def _scrape(self, now_s: float) -> list[Event]:
+        for replica, ledger in zip(self.replicas, self.ledgers, strict=True):
+            ledger.scraped, ledger.scraped_at_s = replica.metrics(), now_s
+        if self._arrivals_done and not self.pending:
+            return []
+        assert self.scrape_interval_s
+        return [Event(now_s + self.scrape_interval_s, Phase.SCRAPE, self._scrape)]
+
+    # -- Listener: progress reported by the replicas --------------------------------------
+
+    def on_token(self, job: SimJob, now_s: float, first: bool) -> None:
+        p = self.pending[job.index]
+        if first or p.record.ttft_s is None:
+            p.record.ttft_s = now_s - job.arrival_s
+        elif p.last_token_s is not None:
+            p.record.itl_s.append(now_s - p.last_token_s)
+        p.last_token_s = now_s
+
+    def on_finish(self, job: SimJob, now_s: float, prompt_tokens: int, cached_tokens: int,
+                  completion_tokens: int) -> None:
+        p = self.pending.pop(job.index)
+        rec = p.record
+        rec.e2e_s = now_s - job.arrival_s
+        rec.prompt_tokens, rec.cached_tokens, rec.completion_tokens = prompt_tokens, cached_tokens, completion_tokens
+        if rec.ttft_s is None:
+            rec.ttft_s = rec.e2e_s
+        if completion_tokens > 1:
+            rec.tpot_s = (rec.e2e_s - rec.ttft_s) / (completion_tokens - 1)
+        rec.ok = True
+        ledger = self.ledgers[p.replica]
+        ledger.in_flight -= 1
+        ledger.prefill_tokens += prompt_tokens - cached_tokens
+        ledger.cached_tokens += cached_tokens
+        view = self._views(now_s)[p.replica]
+        info = RequestInfo(session_key=p.request.session_id, prompt_tokens=prompt_tokens)
+        self.policy.on_request_complete(view, info, prompt_tokens, cached_tokens)
+
+    # -- result ---------------------------------------------------------------------------
+
+    def _result(self, label: str) -> RunResult:
+        self.records.sort(key=lambda r: r.index)
+        summary = summarize(self.records, self.slo)
+        e2e = [r.e2e_s for r in self.records if r.e2e_s is not None]
+        computed = sum(ledger.prefill_tokens for ledger in self.ledgers)
+        reused = sum(ledger.cached_tokens for ledger in self.ledgers)
+        meta = {
+            "label": label, "source": "sim", "policy": self.policy.name, "replicas": self.num_replicas,
+            "events": self.queue.events_run, "virtual_duration_s": self.queue.now_s,
+            "e2e_mean_s": sum(e2e) / len(e2e) if e2e else None, "e2e_max_s": max(e2e, default=None),
+            "prompt_tokens_computed": computed, "prompt_tokens_reused": reused,
+            "hit_rate": reused / (computed + reused) if computed + reused else 0.0,
+            "prefill_tokens_per_replica": [ledger.prefill_tokens for ledger in self.ledgers],
+            "requests_per_replica": [[r.index for r in self.records if r.backend == str(i)]
+                                     for i in range(self.num_replicas)],
+            "decisions_by_rule": dict(sorted(self.decisions.items())),
+        }
+        return RunResult(summary=summary, requests=self.records, meta=meta,
+                         replicas=[(0.0, self.num_replicas)])
