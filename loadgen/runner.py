@@ -15,6 +15,7 @@ import asyncio
 import itertools
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,6 +117,42 @@ async def _default_model(session: aiohttp.ClientSession, base_url: str) -> str:
     return str(data[0]["id"])
 
 
+PREPARE_MARGIN_S = 0.002  # stop preparing ahead this long before the next send is due
+MAX_PREPARED = 512  # prepared payloads held at once: bounds memory on long idle gaps
+
+
+class _Lookahead:
+    """Payloads built ahead of their send time, so a burst of long prompts leaves on time.
+
+    The dispatcher builds the next requests' prompts while it waits for the current one's time,
+    so at a Mooncake tick (10+ requests at the same millisecond) every payload is ready.
+    """
+
+    def __init__(self, items: Iterator[tuple[int, tuple[float, TraceRequest]]],
+                 build: Callable[[int, TraceRequest], dict[str, Any]]) -> None:
+        self._items, self._build = items, build
+        self._ready: deque[tuple[int, float, TraceRequest, dict[str, Any]]] = deque()
+
+    def _prepare_one(self) -> bool:
+        nxt = next(self._items, None)
+        if nxt is None:
+            return False
+        index, (at, req) = nxt
+        self._ready.append((index, at, req, self._build(index, req)))
+        return True
+
+    def pop(self) -> tuple[int, float, TraceRequest, dict[str, Any]] | None:
+        """The next request and its payload; None when the workload is exhausted."""
+        if not self._ready and not self._prepare_one():
+            return None
+        return self._ready.popleft()
+
+    def prepare_while(self, has_time: Callable[[], bool]) -> None:
+        """Build upcoming payloads for as long as `has_time()` says there is slack."""
+        while len(self._ready) < MAX_PREPARED and has_time() and self._prepare_one():
+            pass
+
+
 class OpenLoopRunner:
     """Replays a workload against `cfg.target_url` and returns a `RunResult`."""
 
@@ -162,8 +199,11 @@ class OpenLoopRunner:
         url = self.cfg.target_url.rstrip("/") + ENDPOINTS[self.cfg.endpoint]
         tasks: list[asyncio.Task[RequestRecord]] = []
         bar = tqdm(total=self.cfg.max_requests, unit="req", disable=not self._bar_wanted())
-        for index, (at, req) in enumerate(scheduled(requests, self.cfg)):
-            payload = build_payload(req, self.builder.build(req, index), model, self.cfg)
+        ahead = _Lookahead(enumerate(scheduled(requests, self.cfg)),
+                           lambda i, req: build_payload(req, self.builder.build(req, i), model, self.cfg))
+        while (item := ahead.pop()) is not None:
+            index, at, req, payload = item
+            ahead.prepare_while(lambda at=at: self.now_s() < at - PREPARE_MARGIN_S)
             delay = at - self.now_s()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -171,7 +211,7 @@ class OpenLoopRunner:
             task = asyncio.create_task(self._one(session, url, payload, rec))
             task.add_done_callback(lambda _t: bar.update(1))
             tasks.append(task)
-            await asyncio.sleep(0)  # let it start sending before the next prompt is built
+            await asyncio.sleep(0)  # let it start sending before the next one is handled
         records = list(await asyncio.gather(*tasks))
         bar.close()
         return records
