@@ -1,0 +1,78 @@
+"""The live driver: engine time follows modelled step times, aborts free the core at once, drain waits."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from fake_engines.core import EngineRequest, VllmScheduler, VllmSchedulerConfig
+from fake_engines.driver.live import LiveDriver, RequestHandle, StepReport
+
+STEP_S = 0.02
+
+
+class Recorder:
+    """Keeps what the driver reports (the metrics surfaces get the same calls)."""
+
+    def __init__(self) -> None:
+        self.steps: list[StepReport] = []
+        self.aborted: list[str] = []
+
+    def on_step(self, report: StepReport) -> None:
+        self.steps.append(report)
+
+    def on_abort(self, handle: RequestHandle, now_s: float) -> None:
+        self.aborted.append(handle.request.request_id)
+
+
+def _driver(recorder: Recorder, time_scale: float = 0.05) -> LiveDriver:
+    core = VllmScheduler(VllmSchedulerConfig(num_gpu_blocks=64, max_model_len=512, max_num_batched_tokens=512))
+    return LiveDriver(core, lambda batch: STEP_S, time_scale=time_scale, observer=recorder)
+
+
+def _request(rid: str, max_tokens: int) -> EngineRequest:
+    return EngineRequest(request_id=rid, prompt_token_ids=list(range(40)), max_tokens=max_tokens,
+                         output_len=max_tokens)
+
+
+async def test_engine_time_advances_by_modelled_step_times_only():
+    recorder = Recorder()
+    driver = _driver(recorder)
+    driver.start()
+    handle = driver.submit(_request("a", 5))
+    outputs = [out async for out in handle.outputs()]
+    await driver.stop()
+    times = handle.times
+    assert [len(o.new_token_ids) for o in outputs] == [1, 1, 1, 1, 1] and outputs[-1].finished
+    assert times.scheduled_s == times.arrival_s
+    assert times.first_token_s - times.arrival_s == pytest.approx(STEP_S)
+    assert times.finished_s - times.first_token_s == pytest.approx(4 * STEP_S)
+    assert [r.finished_s - r.started_s for r in recorder.steps] == pytest.approx([STEP_S] * 5)
+
+
+async def test_abort_frees_the_request_at_once_and_tells_the_observer():
+    recorder = Recorder()
+    driver = _driver(recorder, time_scale=1.0)
+    driver.start()
+    handle = driver.submit(_request("a", 400))
+    await handle.queue.get()
+    driver.abort("a")
+    stats = driver.core.stats()
+    await driver.stop()
+    assert (stats.num_running, stats.num_waiting, stats.kv_cache_usage) == (0, 0, 0.0)
+    assert recorder.aborted == ["a"] and handle.aborted and driver.handles == {}
+
+
+async def test_drain_returns_once_every_request_finished():
+    driver = _driver(Recorder())
+    driver.start()
+    handles = [driver.submit(_request(f"r{i}", 3)) for i in range(4)]
+    await asyncio.wait_for(driver.drain(), 10)
+    await driver.stop()
+    assert all(h.times.finished_s is not None for h in handles)
+
+
+def test_time_scale_must_be_positive():
+    with pytest.raises(ValueError, match="time_scale"):
+        LiveDriver(VllmScheduler(VllmSchedulerConfig(num_gpu_blocks=8)), lambda batch: 0.0, time_scale=0)
