@@ -55,7 +55,10 @@ async def discover_models(session: aiohttp.ClientSession, backend: Backend, time
         return
     cards = [c for c in cards if isinstance(c, dict) and isinstance(c.get("id"), str)]
     backend.model_cards = tuple(cards)
-    backend.discovered_models = frozenset(c["id"] for c in cards if not c.get("parent"))
+    if backend.spec.flavor != "llamacpp":
+        # llama-server serves its one model under any name and lists it by file path, so what
+        # it lists does not restrict routing (declare `models` in the fleet file to do that).
+        backend.discovered_models = frozenset(c["id"] for c in cards if not c.get("parent"))
     backend.adapters = frozenset(c["id"] for c in cards if c.get("parent"))
 
 

@@ -192,10 +192,13 @@ async def fake_backend() -> AsyncIterator[BackendFactory]:
         await b.stop()
 
 
-def fast_config(backends: list[FakeBackend], **overrides: object) -> ProxyConfig:
-    """A proxy config on a free port with short, test-sized timeouts and intervals."""
+def fast_config(backends: list, **overrides: object) -> ProxyConfig:
+    """A proxy config on a free port with short, test-sized timeouts and intervals.
+
+    `backends` holds BackendSpecs, or anything with a `url` (taken as an openai-flavor backend)."""
+    specs = [b if isinstance(b, BackendSpec) else BackendSpec(url=b.url) for b in backends]
     base = ProxyConfig(
-        port=0, policy="least-outstanding", backends=[BackendSpec(url=b.url) for b in backends],
+        port=0, policy="least-outstanding", backends=specs,
         scrape_interval_s=0.05,
         timeouts=TimeoutConfig(connect_s=1.0, first_byte_s=5.0, idle_s=5.0, total_s=20.0),
         retry=RetryConfig(max_attempts=3, initial_backoff_s=0.01, max_backoff_s=0.05, max_retry_after_s=0.2),
@@ -212,7 +215,7 @@ ProxyFactory = Callable[..., Awaitable[RunningProxy]]
 async def proxy_for() -> AsyncIterator[ProxyFactory]:
     running: list[RunningProxy] = []
 
-    async def make(backends: list[FakeBackend], **overrides: object) -> RunningProxy:
+    async def make(backends: list, **overrides: object) -> RunningProxy:
         p = await start_proxy(fast_config(backends, **overrides), rng=random.Random(7))
         running.append(p)
         return p

@@ -5,8 +5,12 @@ import aiohttp
 import openai
 import pytest
 
+from fake_engines.llamacpp.config import LlamaServerConfig
+from fake_engines.llamacpp.server import start_llama
 from fake_engines.vllm.config import VllmServeConfig
 from fake_engines.vllm.server import start_vllm
+from policies.routing.base import BackendState
+from proxy.config import BackendSpec, HealthConfig
 from proxy.engine_metrics import parse_engine_metrics
 from tests.proxy.conftest import BackendFactory, ProxyFactory
 
@@ -187,21 +191,30 @@ MODEL = "tiny-llama"
 
 
 @pytest.fixture
-async def vllm_fleet():
+async def engines():
+    """Starts look-alike engines in this loop: vllm(time_scale, cold_start) and llama(...)."""
     started = []
 
-    async def start(n: int, time_scale: float = 1.0):
-        for _ in range(n):
-            config = VllmServeConfig(model="llama-3.1-8b", served_model_name=MODEL, port=0, time_scale=time_scale,
-                                     max_model_len=4096)
-            running = await start_vllm(config, cold_start=False)
-            await running.wait_ready()
-            started.append(running)
-        return started
+    async def vllm(time_scale: float = 1.0, cold_start: bool = False):
+        config = VllmServeConfig(model="llama-3.1-8b", served_model_name=MODEL, port=0, time_scale=time_scale,
+                                 max_model_len=4096)
+        running = await start_vllm(config, cold_start=cold_start)
+        started.append(running)
+        return running
 
-    yield start
+    async def llama(time_scale: float = 1.0, cold_start: bool = False):
+        config = LlamaServerConfig(model="llama-3.1-8b-Q4_K_M.gguf", port=0, time_scale=time_scale, metrics=True, n_parallel=2)
+        running = await start_llama(config, cold_start=cold_start)
+        started.append(running)
+        return running
+
+    yield vllm, llama
     for running in started:
         await running.close()
+
+
+def spec(flavor: str, running) -> BackendSpec:
+    return BackendSpec(f"http://127.0.0.1:{running.port}", flavor)
 
 
 class Url:
@@ -217,33 +230,57 @@ async def running_requests(url: str) -> float:
             return parse_engine_metrics(await r.text()).num_requests_running
 
 
-async def test_openai_sdk_through_the_proxy_to_two_lookalike_vllm(vllm_fleet, proxy_for: ProxyFactory) -> None:
-    engines = [Url(e.port) for e in await vllm_fleet(2, time_scale=0.05)]
-    p = await proxy_for(engines, policy="round-robin")
+async def test_openai_sdk_through_the_proxy_to_two_lookalike_vllm_and_a_llama_server(
+        engines, proxy_for: ProxyFactory) -> None:
+    vllm, llama = engines
+    fleet = [await vllm(0.05), await vllm(0.05), await llama(0.05)]
+    for running in fleet:
+        await running.wait_ready()
+    specs = [spec("vllm", fleet[0]), spec("vllm", fleet[1]), spec("llamacpp", fleet[2])]
+    p = await proxy_for(specs, policy="round-robin")
     client = openai.AsyncOpenAI(base_url=p.url + "/v1", api_key="unused", max_retries=0)
     backends = set()
-    for _ in range(2):
+    for _ in range(3):
         raw = await client.completions.with_raw_response.create(model=MODEL, prompt="hello there", max_tokens=8,
                                                                 extra_body={"ignore_eos": True})
         backends.add(raw.headers["x-flotilla-backend"])
         comp = raw.parse()
         assert comp.usage.completion_tokens == 8 and comp.choices[0].text
-    assert backends == {e.url for e in engines}
-    stream = await client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=6, stream=True,
-        stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
-    pieces, usage = 0, None
-    async for chunk in stream:
-        pieces += sum(1 for c in chunk.choices if c.delta.content)
-        usage = chunk.usage or usage
-    assert usage.completion_tokens == 6 and pieces >= 1
-    assert sum(b.prefill_tokens for b in p.proxy.pool) > 0  # usage fed the prefill accounting
+    assert backends == {s.url for s in specs}
+    for _ in range(3):
+        stream = await client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=6, stream=True,
+            stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+        pieces, usage = 0, None
+        async for chunk in stream:
+            pieces += sum(1 for c in chunk.choices if c.delta.content)
+            usage = chunk.usage or usage
+        assert usage.completion_tokens == 6 and pieces >= 1
+    assert all(b.prefill_tokens > 0 for b in p.proxy.pool)  # usage fed each backend's prefill accounting
     await client.close()
 
 
-async def test_first_chunk_reaches_the_client_before_a_slow_engine_finishes(vllm_fleet,
-                                                                           proxy_for: ProxyFactory) -> None:
-    engine = Url((await vllm_fleet(1, time_scale=1.0))[0].port)
+async def test_cold_starting_engines_are_starting_then_ready_never_ejected(engines, proxy_for: ProxyFactory) -> None:
+    vllm, llama = engines
+    v, ll = await vllm(0.002, cold_start=True), await llama(0.002, cold_start=True)
+    p = await proxy_for([spec("vllm", v), spec("llamacpp", ll)],
+                        health=HealthConfig(interval_s=0.05, timeout_s=0.5))
+    pool = p.proxy.pool
+    assert [b.state for b in pool] == [BackendState.STARTING, BackendState.STARTING]
+    await asyncio.gather(v.wait_ready(), ll.wait_ready())
+    for _ in range(100):
+        if all(b.state is BackendState.READY for b in pool):
+            break
+        await asyncio.sleep(0.02)
+    assert [b.state for b in pool] == [BackendState.READY, BackendState.READY]
+    assert all(b.breaker.failures == 0 for b in pool)
+    assert b"flotilla_backend_ejections_total{" not in p.proxy.metrics.exposition()
+
+
+async def test_first_chunk_reaches_the_client_before_a_slow_engine_finishes(engines, proxy_for: ProxyFactory) -> None:
+    running = await engines[0](1.0)
+    await running.wait_ready()
+    engine = Url(running.port)
     p = await proxy_for([engine])
     client = openai.AsyncOpenAI(base_url=p.url + "/v1", api_key="unused", max_retries=0)
     t0 = time.monotonic()
@@ -258,8 +295,10 @@ async def test_first_chunk_reaches_the_client_before_a_slow_engine_finishes(vllm
 
 
 async def test_client_disconnect_brings_vllm_running_back_to_zero_within_a_second(
-        vllm_fleet, proxy_for: ProxyFactory) -> None:
-    engine = Url((await vllm_fleet(1, time_scale=1.0))[0].port)
+        engines, proxy_for: ProxyFactory) -> None:
+    running = await engines[0](1.0)
+    await running.wait_ready()
+    engine = Url(running.port)
     p = await proxy_for([engine])
     body = {"model": MODEL, "prompt": "long answer", "max_tokens": 3000, "ignore_eos": True, "stream": True}
     async with aiohttp.ClientSession() as s:
