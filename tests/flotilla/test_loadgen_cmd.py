@@ -73,3 +73,14 @@ async def test_bad_input_is_an_error_message_not_a_traceback(tmp_path):
     assert rc == 2 and "--target URL is required" in err
     rc, _, err = await _flotilla("convert", str(tmp_path / "missing.jsonl"), str(tmp_path / "o.jsonl"))
     assert rc == 2 and "No such file" in err and "Traceback" not in err
+
+
+async def test_convert_with_jitter_smooths_the_mooncake_ticks_reproducibly(tmp_path):
+    outs = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    for out in outs:
+        rc, _, err = await _flotilla("convert", "--jitter", "3", "--seed", "1",
+                                     str(DATA / "mooncake_conversation.first60s.jsonl"), str(out))
+        assert rc == 0, err
+    times = [r.timestamp_s for r in read_trace(outs[0])]
+    assert len(set(times)) == 162 and times == sorted(times)
+    assert outs[0].read_text() == outs[1].read_text()
