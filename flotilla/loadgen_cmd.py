@@ -26,16 +26,11 @@ Trace formats (recognised from the file, or --format): mooncake, azure, burstgpt
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `flotilla loadgen`."""
-    parser.add_argument("action", nargs="?", default="run", choices=["run", "convert", "compare"],
-                        help="run (default), convert IN OUT, or compare RESULT.json ...")
-    parser.add_argument("paths", nargs="*", help="convert: IN OUT; compare: result files")
+    _add_subcommands(parser)
     src = parser.add_argument_group("workload")
     src.add_argument("--trace", help="trace file to replay")
     src.add_argument("--synthetic", metavar="SPEC", help="e.g. agents:sessions=6,turns=5,system=2000")
-    src.add_argument("--format", help="trace format: mooncake, azure, burstgpt, flotilla")
-    src.add_argument("--seed", type=int, default=0, help="seed of synthetic workloads and jitter")
-    src.add_argument("--jitter", type=float, default=0.0, metavar="SECONDS",
-                     help="spread each arrival uniformly over this many seconds (e.g. 3 for Mooncake ticks)")
+    _add_trace_options(src)
     run = parser.add_argument_group("replay")
     run.add_argument("--target", help="base URL, e.g. http://127.0.0.1:8000")
     run.add_argument("--model", help="model name (default: the target's first /v1/models entry)")
@@ -56,6 +51,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def _add_trace_options(group: argparse._ActionsContainer) -> None:
+    group.add_argument("--format", help="trace format: mooncake, azure, burstgpt, flotilla")
+    group.add_argument("--seed", type=int, default=0, help="seed of synthetic workloads and jitter")
+    group.add_argument("--jitter", type=float, default=0.0, metavar="SECONDS",
+                       help="spread each arrival uniformly over this many seconds (e.g. 3 for Mooncake ticks)")
+
+
+def _add_subcommands(parser: argparse.ArgumentParser) -> None:
+    # without a subcommand, `flotilla loadgen` replays; the subcommands have their own options
+    sub = parser.add_subparsers(dest="action", metavar="{convert,compare}")
+    convert = sub.add_parser("convert", help="convert a trace to Flotilla JSONL")
+    convert.add_argument("input", help="trace file in any known format")
+    convert.add_argument("output", help="Flotilla JSONL file to write, or - for stdout")
+    _add_trace_options(convert)
+    compare = sub.add_parser("compare", help="side-by-side table of result files")
+    compare.add_argument("results", nargs="+", help="RunResult JSON files")
+    compare.add_argument("--plot", help="write latency CDFs of every run to this PNG")
+
+
 def _fail(message: str) -> int:
     print(f"flotilla loadgen: error: {message}", file=sys.stderr)
     return 2
@@ -65,9 +79,9 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of `flotilla loadgen`; returns the exit status."""
     from loadgen.readers import TraceFormatError
 
-    actions = {"run": _replay, "convert": _convert, "compare": _compare}
+    actions = {None: _replay, "convert": _convert, "compare": _compare}
     try:
-        return actions[args.action](args)
+        return actions[getattr(args, "action", None)](args)
     except (TraceFormatError, ValueError, OSError, RuntimeError) as exc:
         return _fail(str(exc))
 
@@ -88,16 +102,14 @@ def _workload(args: argparse.Namespace) -> Iterator:
 def _convert(args: argparse.Namespace) -> int:
     from loadgen.readers import flotilla_jsonl
 
-    if len(args.paths) != 2:
-        raise ValueError("convert needs IN and OUT (OUT may be - for stdout)")
-    args.trace, args.synthetic = args.paths[0], None
+    args.trace, args.synthetic = args.input, None
     reqs = _workload(args)
-    if args.paths[1] == "-":
+    if args.output == "-":
         flotilla_jsonl.write(reqs, sys.stdout)
         return 0
-    with open(args.paths[1], "w", encoding="utf-8") as out:
+    with open(args.output, "w", encoding="utf-8") as out:
         count = flotilla_jsonl.write(reqs, out)
-    print(f"wrote {count} requests to {args.paths[1]}", file=sys.stderr)
+    print(f"wrote {count} requests to {args.output}", file=sys.stderr)
     return 0
 
 
@@ -105,10 +117,8 @@ def _compare(args: argparse.Namespace) -> int:
     from loadgen.report import compare_table
     from loadgen.results import RunResult
 
-    if not args.paths:
-        raise ValueError("compare needs one or more result files")
     results = []
-    for path in args.paths:
+    for path in args.results:
         res = RunResult.load(path)
         res.meta["label"] = Path(path).stem  # columns named as the user named the files
         results.append(res)
