@@ -1,0 +1,135 @@
+"""The local actuator: engine replicas as child processes on free 127.0.0.1 ports.
+
+Each replica runs in its own process group (a new session), so a stop reaches every process an
+engine command spawns, and nothing outlives `shutdown()`: SIGTERM to the group first (the
+engines drain and exit), SIGKILL once the grace period is over.
+
+    actuator = LocalActuator(["fake-vllm", "serve", "llama-3.1-8b", "--time-scale", "0.05"])
+    handle = await actuator.start_replica()   # ReplicaHandle(replica_id, url, pid)
+    await actuator.stop_replica(handle.replica_id, grace_s=10)
+    await actuator.shutdown()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from proxy.autoscale.actuator import Actuator, ActuatorError, ReplicaHandle
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the kernel just handed out for `host`; the replica binds it moments later."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def guess_flavor(engine_cmd: Sequence[str]) -> str:
+    """vllm, llamacpp or openai, from the program an engine command runs."""
+    words = " ".join(Path(w).name for w in engine_cmd[:3])
+    if "llama-server" in words or "llamacpp" in words:
+        return "llamacpp"
+    return "vllm" if "vllm" in words else "openai"
+
+
+def resolve_program(program: str) -> str:
+    """The program on PATH, else beside this interpreter (a virtual environment's console
+    scripts, when the proxy runs from one that is not on PATH)."""
+    found = shutil.which(program)
+    if found is None and os.sep not in program:
+        found = shutil.which(program, path=str(Path(sys.executable).parent))
+    return found or program
+
+
+@dataclass
+class _Child:
+    handle: ReplicaHandle
+    process: asyncio.subprocess.Process
+
+
+class LocalActuator(Actuator):
+    """Starts `engine_cmd --host HOST --port N` once per replica."""
+
+    def __init__(self, engine_cmd: Sequence[str] | str, flavor: str | None = None, host: str = "127.0.0.1",
+                 log_dir: Path | None = None) -> None:
+        cmd = shlex.split(engine_cmd) if isinstance(engine_cmd, str) else list(engine_cmd)
+        if not cmd:
+            raise ActuatorError("engine_cmd: empty command")
+        self.engine_cmd = [resolve_program(cmd[0]), *cmd[1:]]
+        self.flavor = flavor or guess_flavor(cmd)
+        self.host = host
+        self.log_dir = log_dir
+        """Each replica's stdout and stderr go to LOG_DIR/<replica id>.log; discarded when None."""
+        self._children: dict[str, _Child] = {}
+        self._launched = 0
+
+    @property
+    def handles(self) -> list[ReplicaHandle]:
+        """Replicas started and not stopped yet."""
+        return [c.handle for c in self._children.values()]
+
+    async def start_replica(self) -> ReplicaHandle:
+        self._launched += 1
+        replica_id = f"local-{self._launched}"
+        port = free_port(self.host)
+        argv = [*self.engine_cmd, "--host", self.host, "--port", str(port)]
+        log_fd = self._log(replica_id)
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log_fd,
+                stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            raise ActuatorError(f"cannot start {shlex.join(argv)}: {exc}") from exc
+        finally:
+            if log_fd >= 0:  # the child holds its own copy
+                os.close(log_fd)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        handle = ReplicaHandle(replica_id, f"http://{host}:{port}", process.pid)
+        self._children[replica_id] = _Child(handle, process)
+        return handle
+
+    def _log(self, replica_id: str) -> int:
+        if self.log_dir is None:
+            return asyncio.subprocess.DEVNULL
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        return os.open(self.log_dir / f"{replica_id}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    async def stop_replica(self, replica_id: str, grace_s: float = 10.0) -> None:
+        child = self._children.pop(replica_id, None)
+        if child is None:
+            return
+        await _stop_group(child.process, grace_s)
+
+    async def shutdown(self, grace_s: float = 10.0) -> None:
+        children, self._children = list(self._children.values()), {}
+        await asyncio.gather(*(_stop_group(c.process, grace_s) for c in children))
+
+    async def exited(self) -> list[str]:
+        return [rid for rid, c in self._children.items() if c.process.returncode is not None]
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    # The group can outlive its leader (an engine's helpers), so signal it even after the
+    # leader exited; it is gone for good once the kernel says so.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+async def _stop_group(process: asyncio.subprocess.Process, grace_s: float) -> None:
+    _signal_group(process.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(process.wait(), timeout=grace_s)
+    except TimeoutError:
+        pass
+    _signal_group(process.pid, signal.SIGKILL)
+    await process.wait()
