@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import random
 import time
@@ -112,9 +113,19 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     model = parsed.info.model
     if model is not None and p.pool.is_unknown_model(model):
         raise ProxyError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
+    strip_usage = p.config.stream_usage and parsed.stream and not _asks_usage(body)
+    if strip_usage:
+        body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        raw = json.dumps(body).encode()
     fwd = Forward(method="POST", path_qs=request.path_qs, body=raw, info=parsed.info,
-                  debug=request.headers.get("x-flotilla-debug") == "1", accounts_usage=True)
+                  debug=request.headers.get("x-flotilla-debug") == "1", accounts_usage=True,
+                  strip_usage=strip_usage)
     return await p.dispatcher.handle(request, fwd)
+
+
+def _asks_usage(body: dict) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and bool(options.get("include_usage"))
 
 
 async def passthrough(request: web.Request) -> web.StreamResponse:

@@ -149,6 +149,9 @@ class ProxyConfig:
     scrape_timeout_s: float = 1.0
     max_body_bytes: int = 32 * 1024 * 1024
     session_header: str = "x-session-id"
+    stream_usage: bool = True
+    """Ask engines for usage on every stream (stream_options.include_usage) to count each backend's
+    prefill tokens; the usage event is removed again for clients that did not ask for it."""
     chars_per_token: float = 4.0
     """Prompt-length estimate used for token reservations when no tokenizer is at hand."""
     timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)

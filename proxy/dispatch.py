@@ -55,6 +55,8 @@ class Forward:
     """Client sent x-flotilla-debug: 1: answer with the deciding rule too."""
     accounts_usage: bool = False
     """A completions or chat request: read usage from the response for prefill accounting."""
+    strip_usage: bool = False
+    """The proxy added stream_options.include_usage: drop the usage event before the client."""
 
 
 @dataclass
@@ -173,7 +175,8 @@ class Dispatcher:
         result = RelayResult(completed=False)
         try:
             await response.prepare(request)
-            result = await relay(request, response, upstream, self.config.timeouts, deadline, fwd.accounts_usage)
+            result = await relay(request, response, upstream, self.config.timeouts, deadline, fwd.accounts_usage,
+                                 strip_usage=fwd.strip_usage and is_event_stream(upstream))
             if result.error is not None:
                 self._failed(backend)
                 await end_broken_stream(request, response, upstream, result)

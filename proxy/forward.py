@@ -18,7 +18,7 @@ from multidict import CIMultiDict
 
 from proxy.config import TimeoutConfig
 from proxy.errors import sse_error_event
-from proxy.usage import TAIL_BYTES
+from proxy.usage import TAIL_BYTES, drop_usage_events
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te",
@@ -139,8 +139,10 @@ async def read_whole(upstream: aiohttp.ClientResponse, timeouts: TimeoutConfig, 
 
 
 async def relay(request: web.Request, response: web.StreamResponse, upstream: aiohttp.ClientResponse,
-                timeouts: TimeoutConfig, deadline: float, keep_json: bool) -> RelayResult:
-    """Copy `upstream`'s body to the prepared `response` chunk by chunk."""
+                timeouts: TimeoutConfig, deadline: float, keep_json: bool,
+                strip_usage: bool = False) -> RelayResult:
+    """Copy `upstream`'s body to the prepared `response` chunk by chunk (less the usage event
+    when `strip_usage`: the proxy asked for it, the client did not)."""
     loop = asyncio.get_running_loop()
     result = RelayResult(completed=False)
     body = bytearray() if keep_json and not is_event_stream(upstream) else None
@@ -157,14 +159,16 @@ async def relay(request: web.Request, response: web.StreamResponse, upstream: ai
                 if not chunk:
                     result.completed = True
                     break
+                tail = (tail + chunk)[-TAIL_BYTES:]
+                out = drop_usage_events(chunk) if strip_usage else chunk
                 try:
-                    await response.write(chunk)
+                    if out:
+                        await response.write(out)
                 except ConnectionResetError:
                     result.client_gone = True
                     break
                 if result.first_byte_at_s is None:
                     result.first_byte_at_s = loop.time()
-                tail = (tail + chunk)[-TAIL_BYTES:]
                 if body is not None and len(body) < 1 << 20:
                     body += chunk
     except TimeoutError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 TAIL_BYTES = 8192
@@ -52,3 +53,27 @@ def usage_from_sse_tail(tail: bytes) -> Usage | None:
         if found is not None:
             return found
     return None
+
+
+USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
+
+
+def _is_usage_only_event(event: bytes) -> bool:
+    if not event.startswith(b"data:") or not USAGE_OBJECT.search(event):
+        return False
+    try:
+        obj = json.loads(event[5:])
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(obj, dict) and obj.get("choices") == [] and isinstance(obj.get("usage"), dict)
+
+
+def drop_usage_events(chunk: bytes) -> bytes:
+    """Remove the usage-only events (`choices: []`) from a chunk of an event stream.
+
+    The proxy asks for usage on streams whose client did not, to learn each backend's prefill
+    work; this takes that extra event out again so the client gets the stream it asked for.
+    """
+    if not USAGE_OBJECT.search(chunk):
+        return chunk
+    return b"\n\n".join(e for e in chunk.split(b"\n\n") if not _is_usage_only_event(e))

@@ -39,6 +39,21 @@ async def test_openai_sdk_gets_complete_answers_streamed_and_not(fake_backend: B
     await client.close()
 
 
+async def test_streams_feed_prefill_accounting_without_showing_clients_a_usage_they_did_not_ask_for(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    b = await fake_backend("u", chunks=2, cached_tokens=4)
+    p = await proxy_for([b])
+    body = {"model": "tiny-llama", "prompt": "x", "stream": True}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(p.url + "/v1/completions", json=body) as r:
+            plain = await r.read()
+        async with s.post(p.url + "/v1/completions", json={**body, "stream_options": {"include_usage": True}}) as r:
+            asked = await r.read()
+    assert b'"usage"' not in plain and plain.endswith(b"data: [DONE]\n\n")
+    assert b'"usage"' in asked
+    assert p.proxy.pool.backends[0].prefill_tokens == 2 * (10 - 4)  # both streams counted
+
+
 async def test_first_streamed_chunk_arrives_before_the_backend_finished(fake_backend: BackendFactory,
                                                                          proxy_for: ProxyFactory) -> None:
     b = await fake_backend("slow", chunks=5, chunk_delay_s=0.2)
@@ -262,13 +277,14 @@ async def test_openai_sdk_through_the_proxy_to_two_lookalike_vllm_and_a_llama_se
 
 async def test_cold_starting_engines_are_starting_then_ready_never_ejected(engines, proxy_for: ProxyFactory) -> None:
     vllm, llama = engines
-    v, ll = await vllm(0.002, cold_start=True), await llama(0.002, cold_start=True)
+    # Modelled loads of 18 s and 1.5 s, scaled to about 0.4 s each.
+    v, ll = await vllm(0.02, cold_start=True), await llama(0.3, cold_start=True)
     p = await proxy_for([spec("vllm", v), spec("llamacpp", ll)],
                         health=HealthConfig(interval_s=0.05, timeout_s=0.5))
     pool = p.proxy.pool
     assert [b.state for b in pool] == [BackendState.STARTING, BackendState.STARTING]
     await asyncio.gather(v.wait_ready(), ll.wait_ready())
-    for _ in range(100):
+    for _ in range(200):
         if all(b.state is BackendState.READY for b in pool):
             break
         await asyncio.sleep(0.02)

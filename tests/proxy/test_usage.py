@@ -1,4 +1,4 @@
-from proxy.usage import Usage, usage_from_json, usage_from_sse_tail
+from proxy.usage import Usage, drop_usage_events, usage_from_json, usage_from_sse_tail
 from tests.conftest import SHARED
 
 REAL = SHARED / "real-engines"
@@ -22,3 +22,11 @@ def test_usage_chunk_at_the_end_of_a_real_llama_server_stream() -> None:
 
 def test_a_stream_without_usage_gives_none() -> None:
     assert usage_from_sse_tail(b'data: {"choices":[{"text":"a"}]}\n\ndata: [DONE]\n\n') is None
+
+
+def test_usage_only_events_are_dropped_and_everything_else_kept() -> None:
+    chunk = (b'data: {"choices":[{"text":"a"}],"usage":null}\n\n'
+             b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}\n\ndata: [DONE]\n\n')
+    assert drop_usage_events(chunk) == b'data: {"choices":[{"text":"a"}],"usage":null}\n\ndata: [DONE]\n\n'
+    assert drop_usage_events(b'data: {"choices":[],"usage":{"prompt_tokens":3}}\n\n') == b""
+    assert drop_usage_events(b'data: {"choices":[{"text":"usage"}]}\n\n') == b'data: {"choices":[{"text":"usage"}]}\n\n'
