@@ -19,8 +19,11 @@ READY_STATE = "ready"
 
 def ready_replicas(metrics_text: str) -> int | None:
     """Backends in state ready in a Prometheus exposition; None when the metric is absent."""
+    # parse only the one family: a full engine exposition takes tens of milliseconds to parse,
+    # long enough to make the open loop late while the poll runs on the same event loop
+    wanted = "\n".join(line for line in metrics_text.splitlines() if REPLICA_METRIC in line)
     count: int | None = None
-    for family in text_string_to_metric_families(metrics_text):
+    for family in text_string_to_metric_families(wanted):
         if family.name != REPLICA_METRIC:
             continue
         count = count or 0
