@@ -42,7 +42,8 @@ async def _counter(url: str, name: str) -> float:
 
 async def test_a_minute_of_azure_at_speedup_10_through_the_router_matches_the_engines_token_counters(fleet):
     proxy_url, engine_urls = fleet
-    cfg = RunnerConfig(target_url=proxy_url, model=MODEL, speedup=10, show_progress=False)
+    cfg = RunnerConfig(target_url=proxy_url, model=MODEL, speedup=10, show_progress=False,
+                       replicas_url=proxy_url + "/metrics", replicas_interval_s=0.2)
     trace = list(read_trace(DATA / "azure_code.first60s.csv"))
     result = await OpenLoopRunner(cfg).run(trace)
     s = result.summary
@@ -58,6 +59,8 @@ async def test_a_minute_of_azure_at_speedup_10_through_the_router_matches_the_en
     assert sorted(s.requests_per_backend.values()) == [31, 32]
     assert s.ttft_s.p50 > 0 and s.tpot_s.p50 > 0 and s.e2e_s.p99 >= s.e2e_s.p50
     assert s.total_cached_tokens == 0  # Azure rows carry no prefix information, so nothing is shared
+    # the router's metrics report both engines ready throughout the run
+    assert len(result.replicas) >= 5 and {n for _, n in result.replicas} == {2}
 
 
 async def test_mooncake_hash_ids_become_prefix_cache_hits_on_the_engines(fleet):
