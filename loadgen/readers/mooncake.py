@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from loadgen.readers._io import TraceFormatError, numbered_lines
 from loadgen.trace import MOONCAKE_BLOCK_TOKENS, TraceRequest
@@ -22,17 +23,21 @@ def sniff(first_line: str) -> bool:
     return first_line.startswith("{") and '"timestamp"' in first_line and '"hash_ids"' in first_line
 
 
+def parse_record(row: dict[str, Any]) -> TraceRequest:
+    """One Mooncake JSON object to a `TraceRequest` (milliseconds become seconds)."""
+    return TraceRequest(
+        timestamp_s=row["timestamp"] / 1000.0,
+        input_length=int(row["input_length"]),
+        output_length=int(row["output_length"]),
+        hash_ids=tuple(int(h) for h in row.get("hash_ids", ())),
+        block_tokens=MOONCAKE_BLOCK_TOKENS,
+    )
+
+
 def read(path: str | Path) -> Iterator[TraceRequest]:
     """Stream the requests of a Mooncake trace, one line at a time."""
     for line_no, line in numbered_lines(path):
         try:
-            row = json.loads(line)
-            yield TraceRequest(
-                timestamp_s=row["timestamp"] / 1000.0,
-                input_length=int(row["input_length"]),
-                output_length=int(row["output_length"]),
-                hash_ids=tuple(int(h) for h in row.get("hash_ids", ())),
-                block_tokens=MOONCAKE_BLOCK_TOKENS,
-            )
+            yield parse_record(json.loads(line))
         except (ValueError, KeyError, TypeError) as exc:
             raise TraceFormatError(path, line_no, f"bad Mooncake record: {exc!r}") from exc
