@@ -113,6 +113,7 @@ class LiveDriver:
         self._clock_s = 0.0  # engine time of the last event (step end or idle wake-up)
         self._clock_real = time.monotonic()  # real time of that event
         self._next_start_s = 0.0
+        self._core_has_work = True  # False after schedule() returned None, until something changes
         self._idle_wake_s: float | None = None
 
     def now_s(self) -> float:
@@ -155,6 +156,7 @@ class LiveDriver:
         self.handles[request.request_id] = handle
         if not self._inflight and self._idle_wake_s is None:
             self._idle_wake_s = now
+        self._core_has_work = True
         self._wakeup.set()
         return handle
 
@@ -167,6 +169,7 @@ class LiveDriver:
         self.core.abort_request(request_id)
         if self.observer is not None:
             self.observer.on_abort(handle, self.now_s())
+        self._core_has_work = True
         self._wakeup.set()
 
     async def _run(self) -> None:
@@ -191,6 +194,7 @@ class LiveDriver:
         while len(self._inflight) < self.core.max_concurrent_batches and now >= self._next_start_s - 1e-12:
             step = self.core.schedule()
             if step is None:
+                self._core_has_work = False
                 return
             duration_s = self.step_time_s(step.batch)
             for request_id in (*step.new_request_ids, *step.resumed_request_ids):
@@ -202,7 +206,7 @@ class LiveDriver:
 
     def _next_event_s(self) -> float:
         earliest_finish = min(finish for finish, _, _ in self._inflight)
-        if len(self._inflight) < self.core.max_concurrent_batches:
+        if self._core_has_work and len(self._inflight) < self.core.max_concurrent_batches:
             return min(earliest_finish, max(self._next_start_s, self._clock_s))
         return earliest_finish
 
@@ -211,6 +215,7 @@ class LiveDriver:
         while self._inflight and self._inflight[0][0] <= self._clock_s + 1e-12:
             finish_s, start_s, step = self._inflight.pop(0)
             self._finish(step, start_s, finish_s)
+            self._core_has_work = True
 
     def _finish(self, step: ScheduledStep, started_s: float, finished_s: float) -> None:
         outputs = self.core.finish_step(step)
