@@ -3,8 +3,8 @@ interconnect costs of tensor, pipeline and expert parallelism.
 
 Efficiency constants were calibrated once, on ``calibration/h200-llama-3.1-8b.json`` (real H200
 measurements of a Llama-3.1-8B-shaped model in plain PyTorch: decode replayed as a CUDA graph,
-prefill eager). They are global, not per row: the same five numbers predict every row within
-10 %, and they carry over to other models because each term scales with that model's bytes,
+prefill eager). They are global, not per row: the same six numbers predict every row within
+8 %, and they carry over to other models because each term scales with that model's bytes,
 FLOPs and layer count.
 """
 
@@ -20,26 +20,33 @@ from fake_engines.perf.catalogue import GpuSpec, LinkSpec, ModelSpec, load_catal
 ONE_GPU = Layout()
 """The default layout: one GPU, no parallelism."""
 
-ACHIEVED_BANDWIDTH_SHARE = 0.95
-"""Share of the datasheet memory bandwidth that streaming reads reach. The calibration file's
-2 GiB copy ceiling (4224.8 GB/s read plus write on a 4.8 TB/s part, 0.88) bounds it from below;
-pure reads go faster, and the KV-heavy decode rows (batch 64, context 2048 -> 8192) fit 0.95."""
+ACHIEVED_BANDWIDTH_SHARE = 0.88
+"""Share of the datasheet memory bandwidth that streaming reads reach: the calibration file's
+2 GiB device-to-device copy ceiling, 4224.8 GB/s on a 4.8 TB/s part. Not fitted."""
 
-ACHIEVED_FLOP_SHARE = 0.65
-"""Share of the datasheet dense BF16 rate that the model's matmuls and attention reach. The
-8192^3 matmul ceiling is 809 TFLOP/s (0.82); the prefill rows of 2048+ tokens sit at ~640."""
+ACHIEVED_FLOP_SHARE = 0.64
+"""Share of the datasheet dense BF16 rate that the model's matmuls and attention reach: fitted on
+the calibration prefill rows of 2048+ tokens (~630 TFLOP/s). The file's 8192^3 matmul ceiling
+is 809 TFLOP/s (0.82); a model's narrower matmuls and attention fall short of it."""
 
-OVERHEAD_PER_LAYER_S = 40e-6
-"""Kernel launch and small-kernel time per transformer layer (norms, rotary, activations,
-residual adds): the batch-1 decode row is 1.6 ms slower than its weight read at 0.95."""
+GRAPH_OVERHEAD_PER_LAYER_S = 40e-6
+"""Per-layer cost of a step replayed as a CUDA graph (decode-only steps): ~35 small kernels per
+layer (norms, rotary, activations, residual adds) at ~1 us each. Fitted: the batch-1 decode row
+is ~1.6 ms slower than its weight read."""
+
+EAGER_LAUNCH_PER_LAYER_S = 230e-6
+"""CPU time to launch one layer's kernels eagerly (steps with prefill tokens are not captured
+as graphs): the GPU cannot finish before the launches do. Fitted on the 128-token prefill row,
+which takes 7.7 ms while its reads and arithmetic need ~4."""
 
 FIXED_OVERHEAD_S = 0.3e-3
-"""Per-step cost independent of the layer count: embedding lookup, LM-head launch, sampling."""
+"""Per-step cost independent of the layer count: embedding lookup, LM-head launch, sampling.
+An assumption: one model's rows cannot separate it from the per-layer terms."""
 
-ROOFLINE_SHARPNESS = 1.7
+ROOFLINE_SHARPNESS = 2.0
 """Exponent p of the smooth roofline (mem^p + compute^p)^(1/p): memory and compute overlap only
 partly inside real kernels, so a step near the ridge is slower than max(mem, compute). Fitted on
-the calibration rows whose memory and compute times are close (prefill of 128 and 512 tokens)."""
+the decode rows of batch 128 and 256, which sit near the ridge."""
 
 
 @dataclass(frozen=True)
@@ -93,13 +100,16 @@ def _builtin_catalogue():
     return load_catalogue()
 
 
-def roofline_s(work: DeviceWork, device: GpuSpec) -> float:
-    """Smooth roofline of reads against arithmetic, each side paying the launch overhead."""
-    overhead = FIXED_OVERHEAD_S * (work.layers > 0) + OVERHEAD_PER_LAYER_S * work.layers
+def roofline_s(work: DeviceWork, device: GpuSpec, eager: bool = False) -> float:
+    """Smooth roofline of reads against arithmetic, each side paying the per-layer overhead;
+    an eager step also waits for its kernel launches."""
+    fixed = FIXED_OVERHEAD_S * (work.layers > 0)
+    overhead = fixed + GRAPH_OVERHEAD_PER_LAYER_S * work.layers
     mem = (work.weight_bytes + work.kv_bytes) / (device.bandwidth_bytes_s * ACHIEVED_BANDWIDTH_SHARE)
     comp = work.flops / (device.flops_s * ACHIEVED_FLOP_SHARE)
     p = ROOFLINE_SHARPNESS
-    return ((overhead + mem) ** p + (overhead + comp) ** p) ** (1 / p)
+    gpu_s = ((overhead + mem) ** p + (overhead + comp) ** p) ** (1 / p)
+    return max(gpu_s, fixed + EAGER_LAUNCH_PER_LAYER_S * work.layers) if eager else gpu_s
 
 
 def _expert_hit_share(model: ModelSpec, tokens: float) -> float:
@@ -157,12 +167,13 @@ def _all_to_all_s(model: ModelSpec, batch: StepBatch, layout: Layout, link: Link
     return per_layer * layers
 
 
-def _stage_compute_s(work: DeviceWork, gpu: GpuSpec, cpu: GpuSpec, gpu_layer_fraction: float) -> float:
+def _stage_compute_s(work: DeviceWork, gpu: GpuSpec, cpu: GpuSpec, gpu_layer_fraction: float,
+                     eager: bool) -> float:
     # llama.cpp -ngl: layers left on the CPU run there after the GPU layers, at host memory speed
     if gpu_layer_fraction >= 1.0:
-        return roofline_s(work, gpu)
+        return roofline_s(work, gpu, eager)
     on_cpu = work.scaled(1.0 - gpu_layer_fraction)
-    return roofline_s(work.scaled(gpu_layer_fraction), gpu) + roofline_s(on_cpu, cpu)
+    return roofline_s(work.scaled(gpu_layer_fraction), gpu, eager) + roofline_s(on_cpu, cpu, eager)
 
 
 def step_breakdown(model: ModelSpec, gpu: GpuSpec, batch: StepBatch, layout: Layout = ONE_GPU,
@@ -173,7 +184,8 @@ def step_breakdown(model: ModelSpec, gpu: GpuSpec, batch: StepBatch, layout: Lay
     link = link or _builtin_catalogue().link(layout.link)
     cpu = cpu or _builtin_catalogue().gpu("cpu")
     work = device_work(model, batch, layout, dtype_bytes, expert_imbalance).scaled(1.0 / layout.pp)
-    compute = _stage_compute_s(work, gpu, cpu, layout.gpu_layer_fraction)
+    # steps with prompt tokens run eagerly; decode-only steps replay a captured graph
+    compute = _stage_compute_s(work, gpu, cpu, layout.gpu_layer_fraction, eager=batch.prefill_tokens > 0)
     stage_layers = model.layers / layout.pp
     allreduce = 0.0
     if layout.tp > 1:
