@@ -57,6 +57,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument(flag, type=typ, dest=f"eng_{field}", help=f"{'/'.join(kinds)} {field}")
     p.add_argument("--policy", action="append", metavar="SPEC",
                    help="routing policy NAME[:key=value,...]; repeat to compare (default round-robin)")
+    p.add_argument("--autoscale", action="append", default=[], metavar="SPEC",
+                   help="scaling policy NAME[:key=value,...] (seed, target-tracking, kpa, cold-start-aware); "
+                        "the fleet starts with --replicas and scales; repeat to compare")
+    p.add_argument("--cold-start", type=float, metavar="S",
+                   help="seconds from launching a replica to its first request (default: startup 20 s + "
+                        "weights at 3 GB/s + warm-up 40 s, the seed's Example 17)")
     p.add_argument("--scrape-interval", type=float, metavar="S",
                    help="policies see engine metrics only as fresh as this scrape interval")
     p.add_argument("--slo", help="goodput SLOs, e.g. ttft=0.5,tpot=0.05")
@@ -74,8 +80,8 @@ def _workload(args: argparse.Namespace):  # type: ignore[no-untyped-def]
             from loadgen.readers import read_trace
             reqs = read_trace(args.trace, args.format)
         else:
-            from loadgen.synthetic import generate
-            reqs = generate(args.synthetic, seed=args.seed)
+            from loadgen.synthetic import synthetic_requests
+            reqs = synthetic_requests(args.synthetic, seed=args.seed)
         return itertools.islice(reqs, args.max_requests) if args.max_requests else reqs
     return load
 
@@ -102,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     slo = parse_slo(args.slo) if args.slo else None
     try:
         results = compare(_workload(args), _spec(args), args.replicas, policies, args.seed,
-                          args.scrape_interval, slo)
+                          args.scrape_interval, slo, args.autoscale, args.cold_start)
     except (ValueError, KeyError, FileNotFoundError) as exc:
         print(f"flotilla sim: error: {exc}", file=sys.stderr)
         return 2
@@ -110,8 +116,8 @@ def run(args: argparse.Namespace) -> int:
         for r in results:
             r.save(f"{args.output}-{r.label.replace(':', '_').replace(',', '_')}.json")
     if args.plot:
-        from loadgen.plots import plot_results
-        plot_results(results, args.plot)
+        from loadgen.plots import plot_runs
+        plot_runs(results, args.plot)
     if args.json:
         json.dump({"runs": [r.to_json() for r in results]}, sys.stdout, indent=1)
         sys.stdout.write("\n")

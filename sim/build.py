@@ -79,8 +79,20 @@ def replica_factory(spec: EngineSpec, seed: int = 0) -> ReplicaFactory:
     return make
 
 
+def cold_start_s(spec: EngineSpec, startup_s: float = 20.0, warmup_s: float = 40.0,
+                 load_gbps: float = 3.0) -> float:
+    """Launch-to-ready seconds of one replica: the seed's Example 17 rule (startup, weights over
+    the load bandwidth, warm-up) with its local-NVMe defaults; 60 s for fixed replicas."""
+    if spec.kind == "fixed":
+        return startup_s + warmup_s
+    from fake_engines.perf.coldstart import cold_start_s as perf_cold_start_s
+
+    model = load_catalogue(spec.catalogue_files).model(spec.model)
+    return float(perf_cold_start_s(model.weight_bytes(16), load_gbps, startup_s, warmup_s))
+
+
 def _kv_cache_blocks(*args: Any, **kwargs: Any) -> int:
-    from fake_engines.perf.step_time import kv_cache_blocks
+    from fake_engines.perf.kv_cache import kv_cache_blocks
 
     return int(kv_cache_blocks(*args, **kwargs))
 

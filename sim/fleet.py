@@ -8,6 +8,7 @@ which shows what stale load signals do to a policy.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -16,6 +17,8 @@ from loadgen.results import RequestRecord, RunResult, Slo
 from loadgen.stats import summarize
 from loadgen.trace import TraceRequest
 from policies.routing.base import BackendView, RequestInfo, RoutingPolicy
+from policies.scaling import ReplicaState
+from sim.autoscale import ReplicaLife, SimAutoscaler
 from sim.events import Event, EventQueue, Phase
 from sim.replicas import Listener, ReplicaMetrics, SimJob
 
@@ -67,14 +70,58 @@ class FleetSim:
     scrape_interval_s: float | None = None
     """None: policies see exact engine state at every decision."""
     slo: Slo | None = None
+    autoscaler: SimAutoscaler | None = None
+    """None: a fixed fleet of `num_replicas`; else it starts with them and scales."""
     queue: EventQueue = field(default_factory=EventQueue)
 
     def __post_init__(self) -> None:
-        self.replicas = [self.make_replica(i, self) for i in range(self.num_replicas)]
-        self.ledgers = [ReplicaLedger() for _ in range(self.num_replicas)]
+        self.replicas: list[Replica] = []
+        self.ledgers: list[ReplicaLedger] = []
+        self.lives: list[ReplicaLife] = []
         self.records: list[RequestRecord] = []
         self.pending: dict[int, _Pending] = {}
+        self.held: deque[tuple[int, TraceRequest]] = deque()
         self.decisions: dict[str, int] = {}
+        self.replica_counts: list[tuple[float, int]] = []
+        for _ in range(self.num_replicas):
+            self._add_replica(0.0, ready=True)
+
+    # -- fleet membership -----------------------------------------------------------------
+
+    def _add_replica(self, now_s: float, ready: bool) -> int:
+        index = len(self.replicas)
+        self.replicas.append(self.make_replica(index, self))
+        self.ledgers.append(ReplicaLedger())
+        state = ReplicaState.READY if ready else ReplicaState.STARTING
+        self.lives.append(ReplicaLife(state, started_at_s=now_s, ready_at_s=now_s if ready else None))
+        self._count_replicas(now_s)
+        return index
+
+    def _ready(self) -> list[int]:
+        return [i for i, life in enumerate(self.lives) if life.state is ReplicaState.READY and life.live]
+
+    def _count_replicas(self, now_s: float) -> None:
+        self.replica_counts.append((now_s, len(self._ready())))
+
+    def _become_ready(self, index: int, now_s: float) -> list[Event]:
+        life = self.lives[index]
+        life.state, life.ready_at_s = ReplicaState.READY, now_s
+        self._count_replicas(now_s)
+        events: list[Event] = []
+        while self.held:
+            held_index, req = self.held.popleft()
+            events += self._dispatch(held_index, req, now_s)
+        return events
+
+    def _drain(self, index: int, now_s: float) -> None:
+        self.lives[index].state = ReplicaState.DRAINING
+        self._count_replicas(now_s)
+        self._stop_if_drained(index, now_s)
+
+    def _stop_if_drained(self, index: int, now_s: float) -> None:
+        life = self.lives[index]
+        if life.state is ReplicaState.DRAINING and life.live and self.ledgers[index].in_flight == 0:
+            life.stopped_at_s = now_s
 
     # -- arrivals and routing -------------------------------------------------------------
 
@@ -83,6 +130,8 @@ class FleetSim:
         self.queue.extend(self._next_arrival(arrivals))
         if self.scrape_interval_s:
             self.queue.push(Event(0.0, Phase.SCRAPE, self._scrape))
+        if self.autoscaler:
+            self.queue.push(Event(self.autoscaler.policy.interval_s, Phase.SCALE, self._scale))
         self.queue.run()
         return self._result(label)
 
@@ -97,8 +146,15 @@ class FleetSim:
 
     def _arrive(self, index: int, req: TraceRequest, now_s: float,
                 arrivals: Iterator[tuple[int, TraceRequest]]) -> list[Event]:
+        if self.autoscaler:
+            self.autoscaler.arrivals_since_last += 1
+        if not self._ready():  # scale from zero: hold until a replica is ready
+            self.held.append((index, req))
+            return self._next_arrival(arrivals)
+        return self._dispatch(index, req, now_s) + self._next_arrival(arrivals)
+
+    def _dispatch(self, index: int, req: TraceRequest, now_s: float) -> list[Event]:
         job = self.make_job(req, index)
-        job.arrival_s = now_s
         info = RequestInfo(model=req.model, prompt_token_ids=tuple(job.prompt_token_ids) or None,
                            session_key=req.session_id, lora=req.lora, request_id=str(index),
                            prompt_tokens=req.input_length or len(job.prompt_token_ids),
@@ -108,16 +164,17 @@ class FleetSim:
             raise RuntimeError(f"policy {self.policy.name} chose no replica for request {index}")
         self.decisions[decision.rule] = self.decisions.get(decision.rule, 0) + 1
         record = RequestRecord(index=index, session_id=req.session_id, backend=str(decision.index),
-                               scheduled_time_s=now_s, send_time_s=now_s)
+                               scheduled_time_s=req.timestamp_s, send_time_s=req.timestamp_s)
+        job.arrival_s = req.timestamp_s  # latency counts from arrival, time held included
         self.records.append(record)
         self.pending[index] = _Pending(req, job, record, decision.index)
         self.ledgers[decision.index].in_flight += 1
-        events = self.replicas[decision.index].submit(job, now_s)
-        return events + self._next_arrival(arrivals)
+        return self.replicas[decision.index].submit(job, now_s)
 
     def _views(self, now_s: float) -> list[BackendView]:
         views = []
-        for i, (replica, ledger) in enumerate(zip(self.replicas, self.ledgers, strict=True)):
+        for i in self._ready():
+            replica, ledger = self.replicas[i], self.ledgers[i]
             m = replica.metrics() if not self.scrape_interval_s else ledger.scraped
             views.append(BackendView(
                 index=i, url=f"sim://{i}", in_flight=ledger.in_flight, prefill_tokens=ledger.prefill_tokens,
@@ -130,10 +187,31 @@ class FleetSim:
     def _scrape(self, now_s: float) -> list[Event]:
         for replica, ledger in zip(self.replicas, self.ledgers, strict=True):
             ledger.scraped, ledger.scraped_at_s = replica.metrics(), now_s
-        if self._arrivals_done and not self.pending:
+        if self._finished():
             return []
         assert self.scrape_interval_s
         return [Event(now_s + self.scrape_interval_s, Phase.SCRAPE, self._scrape)]
+
+    def _finished(self) -> bool:
+        return self._arrivals_done and not self.pending and not self.held
+
+    def _scale(self, now_s: float) -> list[Event]:
+        assert self.autoscaler is not None
+        live = [i for i, life in enumerate(self.lives) if life.live]
+        launch, drain = self.autoscaler.decide(
+            now_s, self.lives, [ledger.in_flight for ledger in self.ledgers],
+            [self.replicas[i].metrics() for i in self._ready()], len(self.held))
+        events: list[Event] = []
+        for index in drain:
+            if index in live:
+                self._drain(index, now_s)
+        for _ in range(launch):
+            index = self._add_replica(now_s, ready=False)
+            events.append(Event(now_s + self.autoscaler.cold_start_s, Phase.COMPLETION,
+                                lambda t, i=index: self._become_ready(i, t)))
+        if not self._finished():
+            events.append(Event(now_s + self.autoscaler.policy.interval_s, Phase.SCALE, self._scale))
+        return events
 
     # -- Listener: progress reported by the replicas --------------------------------------
 
@@ -160,7 +238,9 @@ class FleetSim:
         ledger.in_flight -= 1
         ledger.prefill_tokens += prompt_tokens - cached_tokens
         ledger.cached_tokens += cached_tokens
-        view = self._views(now_s)[p.replica]
+        self._stop_if_drained(p.replica, now_s)
+        view = BackendView(index=p.replica, url=f"sim://{p.replica}", in_flight=ledger.in_flight,
+                           prefill_tokens=ledger.prefill_tokens)
         info = RequestInfo(session_key=p.request.session_id, prompt_tokens=prompt_tokens)
         self.policy.on_request_complete(view, info, prompt_tokens, cached_tokens)
 
@@ -180,8 +260,13 @@ class FleetSim:
             "hit_rate": reused / (computed + reused) if computed + reused else 0.0,
             "prefill_tokens_per_replica": [ledger.prefill_tokens for ledger in self.ledgers],
             "requests_per_replica": [[r.index for r in self.records if r.backend == str(i)]
-                                     for i in range(self.num_replicas)],
+                                     for i in range(len(self.replicas))],
             "decisions_by_rule": dict(sorted(self.decisions.items())),
+            "replicas_launched": len(self.replicas),
+            "peak_ready_replicas": max(n for _, n in self.replica_counts),
         }
-        return RunResult(summary=summary, requests=self.records, meta=meta,
-                         replicas=[(0.0, self.num_replicas)])
+        if self.autoscaler:
+            meta["autoscale"] = self.autoscaler.policy.name
+            meta["scaling_decisions"] = dict(sorted(self.autoscaler.decisions.items()))
+            meta["peak_waiting"] = max((s.waiting for s in self.autoscaler.history), default=0.0)
+        return RunResult(summary=summary, requests=self.records, meta=meta, replicas=self.replica_counts)

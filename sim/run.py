@@ -8,24 +8,39 @@ from collections.abc import Callable, Iterable, Sequence
 from loadgen.results import RunResult, Slo
 from loadgen.trace import TraceRequest
 from policies.routing.registry import create_policy
-from sim.build import EngineSpec, job_factory, replica_factory
+from policies.scaling import create_policy as create_scaling_policy
+from sim.autoscale import SimAutoscaler
+from sim.build import EngineSpec, cold_start_s, job_factory, replica_factory
 from sim.fleet import FleetSim
 
 Workload = Callable[[], Iterable[TraceRequest]]
 
 
 def simulate(workload: Workload, spec: EngineSpec, replicas: int, policy: str, seed: int = 0,
-             scrape_interval_s: float | None = None, slo: Slo | None = None) -> RunResult:
-    """One run: `workload()` is called afresh so every policy sees the same arrivals."""
+             scrape_interval_s: float | None = None, slo: Slo | None = None,
+             autoscale: str | None = None, cold_start: float | None = None) -> RunResult:
+    """One run: `workload()` is called afresh so every policy sees the same arrivals.
+
+    With `autoscale` (a scaling policy spec) the fleet starts with `replicas` and scales; new
+    replicas become ready `cold_start` seconds after launch (default: the perf model's cold
+    start for the engine's model)."""
+    scaler = None
+    if autoscale:
+        start_s = cold_start if cold_start is not None else cold_start_s(spec)
+        scaler = SimAutoscaler(create_scaling_policy(autoscale), cold_start_s=start_s)
     sim = FleetSim(make_replica=replica_factory(spec, seed), num_replicas=replicas,
                    policy=create_policy(policy, rng=random.Random(seed)), make_job=job_factory(spec),
-                   scrape_interval_s=scrape_interval_s, slo=slo)
-    result = sim.run(workload(), label=policy)
+                   scrape_interval_s=scrape_interval_s, slo=slo, autoscaler=scaler)
+    result = sim.run(workload(), label=policy if not autoscale else f"{policy} + {autoscale}")
     result.meta.update({"engine": spec.kind, "model": spec.model, "gpu": spec.gpu, "seed": seed,
                         "scrape_interval_s": scrape_interval_s})
     return result
 
 
 def compare(workload: Workload, spec: EngineSpec, replicas: int, policies: Sequence[str], seed: int = 0,
-            scrape_interval_s: float | None = None, slo: Slo | None = None) -> list[RunResult]:
-    return [simulate(workload, spec, replicas, p, seed, scrape_interval_s, slo) for p in policies]
+            scrape_interval_s: float | None = None, slo: Slo | None = None,
+            autoscale: Sequence[str] = (), cold_start: float | None = None) -> list[RunResult]:
+    """Every routing policy, times every scaling policy when some are given, on the same arrivals."""
+    scalers: Sequence[str | None] = list(autoscale) or [None]
+    return [simulate(workload, spec, replicas, p, seed, scrape_interval_s, slo, a, cold_start)
+            for p in policies for a in scalers]

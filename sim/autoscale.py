@@ -1,0 +1,73 @@
+"""Autoscaling under virtual time: the real scaling policy decides, replicas start cold.
+
+Every `policy.interval_s` the fleet's signals (arrival rate over the interval, waiting and
+running requests summed over ready replicas plus requests held for lack of one, mean KV usage)
+and its replicas go to `policy.decide`; new replicas become ready `cold_start_s` after launch,
+drained ones stop once their last request finishes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from policies.scaling import FleetState, ReplicaInfo, ReplicaState, ScalingPolicy, ScalingSignals
+from sim.replicas import ReplicaMetrics
+
+
+@dataclass
+class ReplicaLife:
+    """When a simulated replica launched, became ready and stopped."""
+
+    state: ReplicaState
+    started_at_s: float
+    ready_at_s: float | None = None
+    stopped_at_s: float | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.stopped_at_s is None
+
+
+@dataclass
+class SimAutoscaler:
+    """The scaling side of a simulated fleet: history in, launch and drain orders out."""
+
+    policy: ScalingPolicy
+    cold_start_s: float
+    """Launch to ready, virtual seconds."""
+    history: list[ScalingSignals] = field(default_factory=list)
+    arrivals_since_last: int = 0
+    last_decision_s: float = 0.0
+    last_scaled_at_s: float | None = None
+    decisions: dict[str, int] = field(default_factory=dict)
+    """reason -> count."""
+
+    def sample(self, now_s: float, metrics: Sequence[ReplicaMetrics], held: int) -> ScalingSignals:
+        elapsed = now_s - self.last_decision_s
+        rate = self.arrivals_since_last / elapsed if elapsed > 0 else 0.0
+        kv = [m.kv_cache_usage for m in metrics]
+        return ScalingSignals(
+            at_s=now_s, arrival_rate_rps=rate,
+            num_requests_waiting=float(sum(m.num_requests_waiting for m in metrics) + held),
+            num_requests_running=float(sum(m.num_requests_running for m in metrics)),
+            kv_cache_usage=sum(kv) / len(kv) if kv else None)
+
+    def decide(self, now_s: float, lives: Sequence[ReplicaLife], in_flight: Sequence[int],
+               metrics: Sequence[ReplicaMetrics], held: int) -> tuple[int, tuple[int, ...]]:
+        """(replicas to launch, replica indexes to drain) at `now_s`."""
+        self.history.append(self.sample(now_s, metrics, held))
+        self.arrivals_since_last, self.last_decision_s = 0, now_s
+        replicas = tuple(
+            ReplicaInfo(replica_id=str(i), state=life.state, started_at_s=life.started_at_s,
+                        ready_at_s=life.ready_at_s, in_flight=in_flight[i])
+            for i, life in enumerate(lives) if life.live and life.state is not ReplicaState.DRAINING)
+        ready = [r for r in replicas if r.ready_at_s is not None]
+        fleet = FleetState(now_s=now_s, replicas=replicas, last_scaled_at_s=self.last_scaled_at_s,
+                           cold_start_s=self.cold_start_s if ready else None)
+        decision = self.policy.decide(self.history, fleet)
+        self.decisions[decision.reason_label] = self.decisions.get(decision.reason_label, 0) + 1
+        launch = max(0, decision.desired - fleet.current)
+        if launch or decision.drain:
+            self.last_scaled_at_s = now_s
+        return launch, tuple(int(r) for r in decision.drain)
