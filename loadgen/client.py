@@ -53,10 +53,19 @@ class _StreamTimer:
             self.done = True
             return
         chunk = json.loads(data)
+        if chunk.get("error") or chunk.get("object") == "error":
+            self._stream_error(chunk)
+            return
         if chunk.get("usage"):
             _apply_usage(self.rec, chunk["usage"])
         if _chunk_text(chunk):
             self._token(self.clock())
+
+    def _stream_error(self, chunk: dict[str, Any]) -> None:
+        # vLLM reports a failure after the 200 as an error event: new builds nest it under
+        # "error", older ones send {"object": "error", "message": ...}
+        body = chunk.get("error") if isinstance(chunk.get("error"), dict) else chunk
+        self.rec.error = f"stream error: {str(body.get('message') or body)[:200]}"
 
     def _token(self, now: float) -> None:
         if self.last_token_at is None:
@@ -73,9 +82,9 @@ class _StreamTimer:
             rec.completion_tokens = self.text_chunks  # no usage chunk: count what streamed
         if rec.ttft_s is not None and rec.completion_tokens > 1:
             rec.tpot_s = (rec.e2e_s - rec.ttft_s) / (rec.completion_tokens - 1)
-        rec.ok = rec.ttft_s is not None or rec.completion_tokens == 0
-        if not rec.ok:
+        if rec.error is None and rec.ttft_s is None and rec.completion_tokens > 0:
             rec.error = "stream ended without a token"
+        rec.ok = rec.error is None
 
 
 async def _error_text(resp: aiohttp.ClientResponse) -> str:

@@ -27,11 +27,21 @@ async def _bad_request(request: web.Request) -> web.Response:
     return web.json_response({"error": {"message": "max_tokens must be at least 1", "code": 400}}, status=400)
 
 
+async def _error_mid_stream(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    await resp.write(b'data: {"choices":[{"index":0,"text":"a"}]}\n\n')
+    await resp.write(b'data: {"error":{"message":"engine dead","type":"InternalServerError","code":500}}\n\n')
+    await resp.write(b"data: [DONE]\n\n")
+    return resp
+
+
 @pytest.fixture
 async def client_and_url(aiohttp_server):
     app = web.Application()
     app.router.add_post("/stream", _timed_stream)
     app.router.add_post("/bad", _bad_request)
+    app.router.add_post("/dies", _error_mid_stream)
     server = await aiohttp_server(app, host="127.0.0.1")
     async with aiohttp.ClientSession() as session:
         yield session, f"http://127.0.0.1:{server.port}"
@@ -64,3 +74,10 @@ async def test_without_a_usage_chunk_streamed_text_chunks_are_counted(sse_server
         await stream_request(session, url + "/v1/completions", {"prompt": "abcdefgh", "max_tokens": 5},
                              rec, time.perf_counter)
     assert rec.ok and rec.completion_tokens == 5 == len(rec.itl_s) + 1 and rec.prompt_tokens == 2
+
+
+async def test_an_error_event_after_the_200_fails_the_request_with_its_message(client_and_url):
+    session, url = client_and_url
+    rec = await stream_request(session, url + "/dies", {}, RequestRecord(index=0), time.perf_counter)
+    assert not rec.ok and rec.error == "stream error: engine dead"
+    assert rec.ttft_s is not None  # the token before the failure was still timed

@@ -110,3 +110,15 @@ async def test_an_unreachable_target_is_a_recorded_failure_not_a_crash(unused_tc
     result = await OpenLoopRunner(cfg).run([TraceRequest(timestamp_s=0, input_length=4, output_length=2)])
     assert result.summary.num_failed == 1
     assert result.requests[0].error.startswith("ClientConnectorError")
+
+
+async def test_a_concurrency_cap_holds_requests_back_and_shows_as_lateness(sse_server):
+    url, state = sse_server
+    state.token_delay_s = 0.05  # four tokens: each request takes about 0.2 s
+    cfg = RunnerConfig(target_url=url, concurrency=2, show_progress=False)
+    reqs = [TraceRequest(timestamp_s=0.0, input_length=8, output_length=4) for _ in range(6)]
+    result = await OpenLoopRunner(cfg).run(reqs)
+    spans = [(r.send_time_s, r.send_time_s + r.e2e_s) for r in result.requests]
+    in_flight = max(sum(start <= t < end for start, end in spans) for t, _ in spans)
+    assert result.summary.num_ok == 6 and in_flight == 2
+    assert sorted(r.lateness_s for r in result.requests)[-1] >= 0.35  # the last pair waited two turns
