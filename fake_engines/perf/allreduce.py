@@ -64,6 +64,11 @@ def ring_bytes_per_device(tensor_bytes: float, devices: int) -> float:
     return 2.0 * (devices - 1) / devices * tensor_bytes
 
 
+def root_traffic_values(devices: int, length: int) -> tuple[int, int]:
+    """Values the root of a naive all-reduce receives and sends: (n - 1) whole tensors each way."""
+    return (devices - 1) * length, (devices - 1) * length
+
+
 def ring_steps(devices: int) -> int:
     """Sequential steps of one ring all-reduce."""
     return 2 * (devices - 1)

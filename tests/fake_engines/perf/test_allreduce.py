@@ -7,6 +7,7 @@ from fake_engines.perf.allreduce import (
     pass_traffic,
     ring_allreduce,
     ring_bytes_per_device,
+    root_traffic_values,
 )
 from fake_engines.perf.catalogue import load_catalogue, model_from_shape
 from fake_engines.perf.memory import matmul_time_s, weight_read_s
@@ -22,8 +23,7 @@ def test_example_4_ring_all_reduce_step_by_step():
     assert t.all_equal is True
     assert t.sent_values == [12, 12, 12, 12]
     assert ring_bytes_per_device(8, 4) == 12
-    n, length = 4, 8
-    assert ((n - 1) * length, (n - 1) * length) == (24, 24)  # the root device receives and sends
+    assert root_traffic_values(4, 8) == (24, 24)  # the root device receives and sends
 
 
 def test_ring_traffic_matches_formula_for_other_sizes():
