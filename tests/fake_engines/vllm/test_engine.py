@@ -1,0 +1,54 @@
+"""Sizing the fake vLLM from its flags: batch defaults, KV blocks, refusals in vLLM's words."""
+
+from __future__ import annotations
+
+import pytest
+
+from fake_engines.perf.batch import Layout
+from fake_engines.perf.catalogue import load_catalogue
+from fake_engines.perf.kv_cache import kv_cache_blocks
+from fake_engines.vllm.config import ServeConfigError, VllmServeConfig
+from fake_engines.vllm.engine import ModelDoesNotFit, cache_config_labels, size_engine
+
+
+def _size(**flags):
+    config = VllmServeConfig(**{"model": "llama-3.1-8b", **flags})
+    return config, size_engine(config)
+
+
+def test_batch_defaults_follow_the_gpu_as_vllm_get_batch_defaults():
+    assert (_size(gpu="h100")[1].max_num_seqs, _size(gpu="h100")[1].max_num_batched_tokens) == (1024, 8192)
+    assert (_size(gpu="a100")[1].max_num_seqs, _size(gpu="a100")[1].max_num_batched_tokens) == (256, 2048)
+    assert _size(max_num_seqs=7)[1].max_num_seqs == 7
+
+
+def test_kv_blocks_come_from_the_capacity_model_or_the_override():
+    catalogue = load_catalogue()
+    config, spec = _size(gpu="h100", tensor_parallel_size=2)
+    assert spec.num_gpu_blocks == kv_cache_blocks(catalogue.model("llama-3.1-8b"), catalogue.gpu("h100"),
+                                                  Layout(tp=2), 0.9, 16, 2)
+    assert _size(num_gpu_blocks_override=512)[1].num_gpu_blocks == 512
+    labels = cache_config_labels(config, spec)
+    assert labels["num_gpu_blocks"] == str(spec.num_gpu_blocks)
+    assert labels["kv_cache_size_tokens"] == str(spec.num_gpu_blocks * 16)
+    assert labels["user_specified_block_size"] == "False" and labels["enable_prefix_caching"] == "True"
+
+
+def test_70b_needs_enough_gpus():
+    with pytest.raises(ModelDoesNotFit, match="CUDA out of memory"):
+        _size(model="llama-3.1-70b")
+    with pytest.raises(ModelDoesNotFit, match="No available memory for the cache blocks"):
+        _size(model="llama-3.1-70b", tensor_parallel_size=2)
+    assert _size(model="llama-3.1-70b", tensor_parallel_size=4)[1].num_gpu_blocks > 0
+
+
+def test_max_model_len_beyond_the_kv_cache_is_refused_with_the_estimate():
+    with pytest.raises(ModelDoesNotFit, match="estimated maximum model length is 160"):
+        _size(num_gpu_blocks_override=10, max_model_len=8192)
+
+
+def test_bad_flags_name_the_flag():
+    with pytest.raises(ServeConfigError, match="--gpu-memory-utilization"):
+        VllmServeConfig(model="m", gpu_memory_utilization=1.5)
+    with pytest.raises(ServeConfigError, match="--lora-modules needs --enable-lora"):
+        VllmServeConfig(model="m", lora_modules={"a": "/a"})
