@@ -73,14 +73,16 @@ async def test_300_concurrent_requests_with_256_seqs_leave_44_waiting(served):
 
 
 async def test_repeated_long_prompt_hits_its_full_blocks_and_gets_a_shorter_ttft(served):
-    base = await served(_config(max_model_len=16384))
+    base = await served(_config(max_model_len=16384, enable_prompt_tokens_details=True))
     prompt = "".join(f"{i:07d} " for i in range(4001))  # 32008 characters = 8002 tokens of 4 characters
     async with aiohttp.ClientSession() as session:
         before = await _metrics(session, base)
-        await _complete(session, base, prompt, 1)
+        first = await _complete(session, base, prompt, 1)
         middle = await _metrics(session, base)
-        await _complete(session, base, prompt, 1)
+        second = await _complete(session, base, prompt, 1)
         after = await _metrics(session, base)
+    assert first["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+    assert second["usage"]["prompt_tokens_details"] == {"cached_tokens": 8000}
     hits = [value(t, "vllm:prefix_cache_hits_total") for t in (before, middle, after)]
     assert hits[1] - hits[0] == 0
     assert hits[2] - hits[1] == 8002 // 16 * 16
@@ -181,3 +183,14 @@ async def test_70b_bf16_on_one_h100_refuses_to_start_in_vllm_words():
     with pytest.raises(ModelDoesNotFit, match="CUDA out of memory"):
         await start_vllm(_config(model="llama-3.1-70b", gpu="h100"))
 
+
+
+async def test_api_key_guards_the_v1_routes_only(served):
+    base = await served(_config(api_key="sekrit", time_scale=0.01))
+    async with aiohttp.ClientSession() as session:
+        async with session.get(base + "/v1/models") as resp:
+            assert (resp.status, await resp.json()) == (401, {"error": "Unauthorized"})
+        async with session.get(base + "/v1/models", headers={"Authorization": "Bearer sekrit"}) as resp:
+            assert resp.status == 200
+        async with session.get(base + "/health") as resp:
+            assert resp.status == 200
