@@ -1,0 +1,164 @@
+"""`flotilla up`: a local fleet (engines, proxy, autoscaler) in one command, with live status."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HELP = "start a local fleet of look-alike engines behind the proxy and show its live status"
+DESCRIPTION = """\
+Start the engines, the proxy and the autoscaler of a fleet file as child processes, wait until
+they are ready, print the endpoints and a status table refreshed every second. Ctrl-C or SIGTERM
+stops everything.
+
+  flotilla up                          # the packaged default fleet, proxy on 127.0.0.1:8000
+  flotilla up fleet.yaml --port 9000
+  flotilla up --demo                   # replay the bundled trace slice, print the summary, stop
+
+The fleet file is described in docs/fleet-file.md.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `flotilla up`."""
+    parser.add_argument("fleet", nargs="?", type=Path, help="fleet YAML (default: the packaged default fleet)")
+    parser.add_argument("--port", type=int, default=None,
+                        help="proxy port on 127.0.0.1 (default: the fleet file's, 8000; 0 picks a free one)")
+    parser.add_argument("--demo", action="store_true",
+                        help="replay the demo trace through the fleet, print the loadgen summary, then stop")
+    parser.add_argument("--time-scale", type=float, default=None,
+                        help="run every engine this much of modelled time (0.05: 20x faster)")
+    parser.add_argument("--ready-timeout-s", type=float, default=120.0, help="give up starting after this long")
+    parser.add_argument("--refresh-s", type=float, default=1.0, help="seconds between status refreshes")
+    parser.add_argument("--log-dir", type=Path, default=None,
+                        help="where each process logs (default: a new temporary directory)")
+
+
+def _fail(message: str) -> int:
+    print(f"flotilla up: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _load(args: argparse.Namespace):  # -> UpFleet, imported lazily
+    from proxy.config import ConfigError
+    from proxy.fleetfile import load_up_fleet
+
+    fleet = load_up_fleet(args.fleet)
+    if args.time_scale is not None:
+        if not args.time_scale > 0:
+            raise ConfigError("--time-scale", args.time_scale, "must be > 0")
+        engines = tuple(dataclasses.replace(g, time_scale=args.time_scale) for g in fleet.engines)
+        fleet = dataclasses.replace(fleet, engines=engines)
+    if args.port is not None and not 0 <= args.port <= 65535:
+        raise ConfigError("--port", args.port, "must be in [0, 65535]")
+    return fleet
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of `flotilla up`; returns the exit status."""
+    from proxy.config import ConfigError
+
+    try:
+        fleet = _load(args)
+    except (ConfigError, OSError) as exc:
+        return _fail(str(exc))
+    log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="flotilla-up-"))
+    return asyncio.run(_up(fleet, args, log_dir))
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+async def _up(spec, args: argparse.Namespace, log_dir: Path) -> int:
+    import aiohttp
+
+    from proxy.supervisor import Fleet, FleetError, become_subreaper
+
+    become_subreaper()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    fleet = Fleet(spec=spec, log_dir=log_dir)
+    try:
+        async with aiohttp.ClientSession() as session:
+            await fleet.start(spec.port if args.port is None else args.port)
+            return await _until_stopped(_serve(fleet, session, args), stop)
+    except FleetError as exc:
+        return _fail(str(exc))
+    finally:
+        _say("stopping the fleet ...")
+        await fleet.stop()
+        _say("stopped")
+
+
+async def _until_stopped(work, stop: asyncio.Event) -> int:
+    """Run `work` until it ends or a signal arrives (0 then: a requested stop is a clean exit)."""
+    task, stopping = asyncio.create_task(work), asyncio.create_task(stop.wait())
+    await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not task.done():
+        task.cancel()
+        return 0
+    return task.result()
+
+
+async def _serve(fleet, session, args: argparse.Namespace) -> int:
+    from proxy.supervisor import wait_ready
+
+    started = time.monotonic()
+    _say(f"starting {len(fleet.engines)} engine(s) and the proxy; logs in {fleet.log_dir}")
+    await wait_ready(fleet, session, args.ready_timeout_s, _say)
+    _say(f"fleet ready in {time.monotonic() - started:.1f} s")
+    _print_endpoints(fleet)
+    if args.demo:
+        return await _demo(fleet)
+    await _status_loop(fleet, session, args.refresh_s)
+    return 0
+
+
+def _print_endpoints(fleet) -> None:
+    _say(f"  proxy     {fleet.proxy_url}/v1   (metrics {fleet.proxy_url}/metrics)")
+    for m in fleet.engines:
+        _say(f"  {m.name:<9} {m.handle.url}   ({m.actuator.flavor}, pid {m.handle.pid})")
+    _say(f"  try: curl {fleet.proxy_url}/v1/completions -H 'Content-Type: application/json' "
+         f"-d '{{\"model\": \"{fleet.spec.engines[0].model}\", \"prompt\": \"Hello\", \"max_tokens\": 16}}'")
+
+
+async def _status_loop(fleet, session, refresh_s: float) -> None:
+    from proxy.status import format_table
+    from proxy.supervisor import poll_status
+
+    tty, before, drawn = sys.stdout.isatty(), None, 0
+    while True:
+        status = await poll_status(session, fleet.proxy_url)
+        if status is not None:
+            table = format_table(status, before)
+            # On a terminal the table redraws in place; in a log each refresh is appended.
+            prefix = f"\x1b[{drawn}F\x1b[J" if tty and drawn else "\n"
+            _say(prefix + table)
+            drawn, before = table.count("\n") + 2, status
+        await asyncio.sleep(refresh_s)
+
+
+async def _demo(fleet) -> int:
+    from loadgen.readers import read_trace
+    from loadgen.report import summary_table
+    from loadgen.runner import OpenLoopRunner, RunnerConfig
+
+    demo = fleet.spec.demo
+    trace = demo.trace_path()
+    _say(f"demo: replaying {trace.name} at {demo.speedup:g}x through {fleet.proxy_url}")
+    cfg = RunnerConfig(target_url=fleet.proxy_url, speedup=demo.speedup, max_requests=demo.max_requests,
+                       replicas_url=fleet.proxy_url + "/metrics", show_progress=sys.stderr.isatty(),
+                       meta={"label": "demo", "trace": str(trace)})
+    result = await OpenLoopRunner(cfg).run(read_trace(trace))
+    _say(summary_table(result))
+    return 0 if result.summary.num_ok else 1

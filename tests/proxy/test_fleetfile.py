@@ -1,0 +1,86 @@
+"""The fleet file of `flotilla up`: the packaged default, engine command lines, errors naming fields."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proxy.config import ConfigError
+from proxy.fleetfile import load_up_fleet, parse_up_fleet
+
+ENGINE = "engines:\n  - {flavor: vllm, model: llama-3.1-8b}\n"
+
+
+def test_the_packaged_default_is_two_vllm_and_one_llama_server_behind_prefix_aware_routing() -> None:
+    fleet = load_up_fleet()
+    assert [(g.flavor, g.replicas) for g in fleet.engines] == [("vllm", 2), ("llamacpp", 1)]
+    assert fleet.port == 8000 and fleet.policy == "prefix-aware"
+    assert fleet.demo.trace_path().is_file()
+
+
+def test_vllm_command_carries_model_gpu_layout_and_time_scale() -> None:
+    fleet = parse_up_fleet("engines:\n  - {flavor: vllm, model: llama-3.1-70b, gpu: h100, tensor_parallel: 4,"
+                           " time_scale: 0.05, args: [--max-num-seqs, 64]}\n")
+    argv = fleet.engines[0].command(port=9001, seed=3)
+    assert argv[1:5] == ["-m", "fake_engines.vllm.cli", "serve", "llama-3.1-70b"]
+    joined = " ".join(argv)
+    for part in ("--gpu h100", "--port 9001", "--time-scale 0.05", "--seed 3", "-tp 4", "--max-num-seqs 64"):
+        assert part in joined
+
+
+def test_llama_server_command_names_the_gguf_by_quant_and_serves_the_model_name() -> None:
+    fleet = parse_up_fleet("engines:\n  - {flavor: llamacpp, model: llama-3.1-8b, quant: Q8_0, parallel: 2}\n")
+    joined = " ".join(fleet.engines[0].command(port=9002))
+    for part in ("-m llama-3.1-8b-Q8_0.gguf", "-a llama-3.1-8b", "-np 2", "-c 32768", "--metrics"):
+        assert part in joined
+
+
+def test_replicas_default_the_ceiling_and_min_and_max_read_from_the_short_keys() -> None:
+    group = parse_up_fleet("engines:\n  - {flavor: vllm, model: m, replicas: 2, min: 0, max: 6}\n").engines[0]
+    assert (group.min_replicas, group.replicas, group.max_replicas) == (0, 2, 6)
+    assert parse_up_fleet(ENGINE).engines[0].max_replicas == 1
+
+
+def test_relative_demo_trace_resolves_against_the_fleet_files_folder(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(ENGINE + "demo: {trace: traces/t.jsonl, speedup: 5, max_requests: 3}\n")
+    demo = load_up_fleet(path).demo
+    assert demo.trace_path() == tmp_path / "traces" / "t.jsonl"
+    assert (demo.speedup, demo.max_requests) == (5.0, 3)
+
+
+def test_autoscaler_scales_the_group_whose_min_differs_from_max() -> None:
+    fleet = parse_up_fleet("engines:\n  - {flavor: llamacpp, model: m}\n"
+                           "  - {name: pool, flavor: vllm, model: m, min: 1, max: 3}\n"
+                           "autoscaler: {policy: 'seed:capacity_rps=4', interval_s: 2}\n")
+    assert fleet.scaled_group().name == "pool"
+    assert fleet.autoscaler.policy == "seed:capacity_rps=4" and fleet.autoscaler.interval_s == 2.0
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ("engines: []\n", "engines"),
+    ("engines:\n  - {model: m}\n", "engines[0].flavor"),
+    ("engines:\n  - {flavor: sglang, model: m}\n", "engines[0].flavor"),
+    (ENGINE + "  - {flavor: vllm, model: m, replicas: 0}\n", "engines[1].replicas"),
+    ("engines:\n  - {flavor: vllm, model: m, replicas: 3, max: 2}\n", "engines[0].replicas"),
+    ("engines:\n  - {flavor: vllm, model: m, min: -1}\n", "engines[0].min"),
+    ("engines:\n  - {flavor: vllm, model: m, time_scale: 0}\n", "engines[0].time_scale"),
+    ("engines:\n  - {flavor: vllm, model: m, tensor_parallel: two}\n", "engines[0].tensor_parallel"),
+    ("engines:\n  - {flavor: vllm, model: m, args: --foo}\n", "engines[0].args"),
+    ("engines:\n  - {flavor: vllm, model: m, gpus: 2}\n", "engines[0].gpus"),
+    ("engines:\n  - {flavor: vllm, model: m}\n  - {flavor: vllm, model: m, name: vllm-0}\n", "engines[1].name"),
+    (ENGINE + "proxy: {port: 70000}\n", "proxy.port"),
+    (ENGINE + "proxy: {backends: [{url: 'ftp://x'}]}\n", "url"),
+    (ENGINE + "autoscaler: {actuator: docker}\n", "autoscaler.actuator"),
+    (ENGINE + "autoscaler: {engines: nope}\n", "autoscaler.engines"),
+    (ENGINE + "demo: {speedup: -1}\n", "demo.speedup"),
+    (ENGINE + "demo: {max_requests: 0}\n", "demo.max_requests"),
+    (ENGINE + "router: {}\n", "router"),
+    ("- just a list\n", "fleet"),
+    ("engines: [\n", "fleet"),
+])
+def test_invalid_values_name_the_field(text: str, field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_up_fleet(text)
+    assert err.value.field == field
