@@ -19,6 +19,20 @@ class CatalogueError(ValueError):
     """An unknown name or a malformed catalogue entry."""
 
 
+def _positive(spec: object, *names: str) -> None:
+    for name in names:
+        if not getattr(spec, name) > 0:
+            raise CatalogueError(f"{type(spec).__name__} {spec.name!r}: {name} must be positive, "
+                                 f"got {getattr(spec, name)!r}")
+
+
+def _not_negative(spec: object, *names: str) -> None:
+    for name in names:
+        if getattr(spec, name) < 0:
+            raise CatalogueError(f"{type(spec).__name__} {spec.name!r}: {name} must not be negative, "
+                                 f"got {getattr(spec, name)!r}")
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     """One accelerator (or the host CPU, for llama.cpp layers left off the GPU)."""
@@ -35,6 +49,10 @@ class GpuSpec:
     """NVLink bandwidth per direction, GB/s; 0 when the device has none."""
     source: str = ""
     """Where the figures come from."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "memory_gb", "bandwidth_tbs", "bf16_tflops")
+        _not_negative(self, "nvlink_gbps")
 
     @property
     def memory_bytes(self) -> float:
@@ -61,6 +79,10 @@ class LinkSpec:
     """Fixed start-up delay of one ring step, microseconds."""
     source: str = ""
     """Where the figures come from."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "gbps_per_direction")
+        _not_negative(self, "latency_us")
 
     @property
     def bytes_s(self) -> float:
@@ -105,6 +127,15 @@ class ModelSpec:
     """The LM head reuses the embedding table (then the table is read every step)."""
     source: str = ""
     """Where the shape comes from."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "params", "active_params", "layers")
+        _not_negative(self, "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab", "experts",
+                      "top_k", "kv_latent_dim")
+        if self.active_params > self.params:
+            raise CatalogueError(f"model {self.name!r}: active_params exceeds params")
+        if self.top_k > self.experts:
+            raise CatalogueError(f"model {self.name!r}: top_k ({self.top_k}) exceeds experts ({self.experts})")
 
     @property
     def is_moe(self) -> bool:

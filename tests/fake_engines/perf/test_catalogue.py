@@ -61,3 +61,12 @@ def test_explicit_shape_builds_a_model_and_rejects_zero_layers():
     assert m.weight_bytes(16) == pytest.approx(141.2e9)
     with pytest.raises(CatalogueError, match="layers"):
         model_from_shape(params=1e9, layers=0, kv_heads=8)
+
+
+def test_entries_validate_their_figures_naming_the_field(tmp_path):
+    user = tmp_path / "bad.yaml"
+    user.write_text("gpus:\n  - {name: broken, memory_gb: 0, bandwidth_tbs: 1, bf16_tflops: 1}\n")
+    with pytest.raises(CatalogueError, match="memory_gb must be positive"):
+        load_catalogue([user])
+    with pytest.raises(CatalogueError, match=r"top_k \(3\) exceeds experts \(2\)"):
+        model_from_shape(params=1e9, layers=2, kv_heads=1, experts=2, top_k=3)
