@@ -129,7 +129,8 @@ def _print(args: argparse.Namespace, doc: dict, batch: StepBatch, layout: Layout
             ("stage-to-stage transfer, ms", fixed(doc["transfer_s"] * 1e3, 3)),
             ("step time, ms", fixed(doc["step_s"] * 1e3, 3)),
             ("time between completed steps, ms", fixed(doc["interval_s"] * 1e3, 3)),
-            ("tokens per second", fixed(doc["tokens_per_s"], 0))]
+            ("tokens per second" + (f" ({layout.pp} in flight)" if layout.pp > 1 else ""),
+             fixed(doc["tokens_per_s"], 0))]
     blocks = doc["kv_cache_blocks"]
     rows.append(("KV-cache blocks of 16 tokens per GPU", str(blocks) if isinstance(blocks, int) else "none"))
     for label, value in rows:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fake_engines.perf.allreduce import (
     lesson_ring_inputs,
@@ -55,3 +57,11 @@ def test_example_5_references():
 def test_one_gpu_has_no_all_reduce():
     p = pass_traffic(64, hidden=4096, layers=32, tp=1)
     assert (p.bytes_per_gpu, p.sequential_steps) == (0.0, 0)
+
+
+@given(devices=st.integers(2, 8), chunk=st.integers(1, 4), seed=st.integers(0, 1000))
+def test_ring_all_reduce_sums_any_input_and_sends_2_n_minus_1_over_n(devices, chunk, seed):
+    values = np.random.default_rng(seed).integers(-100, 100, (devices, devices * chunk))
+    t = ring_allreduce(values)
+    assert t.all_equal
+    assert t.sent_values == [ring_bytes_per_device(devices * chunk, devices)] * devices
