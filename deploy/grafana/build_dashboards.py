@@ -21,6 +21,12 @@ def q(p: float, metric: str) -> str:
     return f"histogram_quantile({p}, sum by (le) (rate({metric}_bucket{W})))"
 
 
+def either(vllm: str, llamacpp: str) -> str:
+    """A fleet total over both engine kinds that still has a value when only one kind runs
+    (a plain `+` is empty as soon as one side has no series)."""
+    return f"({vllm} or vector(0)) + ({llamacpp} or vector(0))"
+
+
 # dashboard -> [(panel title, unit, [(legend, expr), ...]), ...]
 DASHBOARDS: dict[str, list[tuple[str, str, list[tuple[str, str]]]]] = {
     "Fleet": [
@@ -56,8 +62,9 @@ DASHBOARDS: dict[str, list[tuple[str, str, list[tuple[str, str]]]]] = {
                           f"(sum(rate(llamacpp:prompt_tokens_total{W})) + sum(rate(llamacpp:prompt_tokens_cached_total{W})))"),
         ]),
         ("Tokens per second", "short", [
-            ("prompt", f"sum(rate(vllm:prompt_tokens_total{W})) + sum(rate(llamacpp:prompt_tokens_total{W}))"),
-            ("generation", f"sum(rate(vllm:generation_tokens_total{W})) + sum(rate(llamacpp:tokens_predicted_total{W}))"),
+            ("prompt", either(f"sum(rate(vllm:prompt_tokens_total{W}))", f"sum(rate(llamacpp:prompt_tokens_total{W}))")),
+            ("generation", either(f"sum(rate(vllm:generation_tokens_total{W}))",
+                                  f"sum(rate(llamacpp:tokens_predicted_total{W}))")),
         ]),
     ],
     "Router": [
@@ -78,8 +85,8 @@ DASHBOARDS: dict[str, list[tuple[str, str, list[tuple[str, str]]]]] = {
             ("{{backend}}", "sum by (backend) (flotilla_backend_in_flight)"),
         ]),
         ("Retries and ejections", "short", [
-            ("retries", f"sum(rate(flotilla_retries_total{W}))"),
-            ("ejections", "sum(flotilla_backend_ejections_total)"),
+            ("retries", f"sum(rate(flotilla_retries_total{W})) or vector(0)"),
+            ("ejections", "sum(flotilla_backend_ejections_total) or vector(0)"),
         ]),
         ("Scrape age", "s", [
             ("{{backend}}", "max by (backend) (flotilla_backend_scrape_age_seconds)"),
@@ -97,7 +104,7 @@ DASHBOARDS: dict[str, list[tuple[str, str, list[tuple[str, str]]]]] = {
             ("last", "max(flotilla_autoscaler_cold_start_seconds)"),
         ]),
         ("Waiting requests (scaling signal)", "short", [
-            ("waiting", "sum(vllm:num_requests_waiting) + sum(llamacpp:requests_deferred)"),
+            ("waiting", either("sum(vllm:num_requests_waiting)", "sum(llamacpp:requests_deferred)")),
         ]),
     ],
 }
