@@ -1,0 +1,192 @@
+"""The autoscaler's settings: from `flotilla proxy` flags or a fleet file's `autoscaler:` section.
+
+    autoscaler:
+      policy: cold-start-aware:capacity_rps=2
+      actuator: local                 # local | docker | kubernetes
+      engine_cmd: fake-vllm serve llama-3.1-8b --gpu h100 --time-scale 0.05
+      min: 1
+      max: 4
+      interval_s: 5
+
+Flags given on the command line win over the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+from proxy.autoscale.holder import HoldSettings
+from proxy.config import FLAVORS, ConfigError
+
+ACTUATORS = ("local", "docker", "kubernetes")
+
+
+@dataclass
+class AutoscaleConfig:
+    """Everything the autoscaler inside the proxy needs."""
+
+    policy: str = "cold-start-aware"
+    """Scaling policy spec NAME[:key=value,...] (docs/autoscaling.md)."""
+    actuator: str = "local"
+    """local (engine processes), docker (containers) or kubernetes (a Deployment/StatefulSet)."""
+    engine_cmd: str | None = None
+    """local: one replica's command line; the actuator appends --host 127.0.0.1 --port N.
+    docker: the command inside the container (optional)."""
+    flavor: str | None = None
+    """vllm, llamacpp or openai; default guessed from engine_cmd, else vllm."""
+    min_replicas: int | None = None
+    """Floor; None keeps the policy spec's (default 1)."""
+    max_replicas: int | None = None
+    """Ceiling; None keeps the policy spec's (default 100)."""
+    interval_s: float | None = None
+    """Seconds between decisions; None keeps the policy's own."""
+    sample_interval_s: float | None = None
+    """Seconds between signal samples; None: the decision interval, at most 2 s."""
+    time_scale: float = 1.0
+    """Real seconds per autoscaler second (0.05: windows and cooldowns run 20x faster)."""
+    drain_timeout_s: float = 300.0
+    """Longest wait for a draining replica's requests (autoscaler seconds)."""
+    stop_grace_s: float = 30.0
+    """Real seconds from the graceful stop of a drained replica to a forced one."""
+    prometheus_url: str | None = None
+    """Read signals from this Prometheus server instead of the proxy's own scrapes."""
+    prometheus_queries: tuple[str, ...] = ()
+    """FIELD=PROMQL overrides of the default queries."""
+    engine_log_dir: Path | None = None
+    """local: where each replica logs; None discards engine output."""
+    hold: HoldSettings = field(default_factory=HoldSettings)
+    docker: dict = field(default_factory=dict)
+    """DockerSettings fields (socket_path, image, network, port, labels, compose_service, fleet)."""
+    kubernetes: dict = field(default_factory=dict)
+    """KubernetesSettings fields (workload, service, namespace, port_name, kubeconfig, context)."""
+
+    def __post_init__(self) -> None:
+        if self.actuator not in ACTUATORS:
+            raise ConfigError("actuator", self.actuator, f"must be one of {', '.join(ACTUATORS)}")
+        if self.flavor is not None and self.flavor not in FLAVORS:
+            raise ConfigError("flavor", self.flavor, f"must be one of {', '.join(FLAVORS)}")
+        if self.actuator == "local" and not (self.engine_cmd and shlex.split(self.engine_cmd)):
+            raise ConfigError("engine_cmd", self.engine_cmd, "the local actuator needs the engine command line")
+        for name in ("interval_s", "sample_interval_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigError(name, value, "must be > 0")
+        for name in ("time_scale", "drain_timeout_s", "stop_grace_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(name, getattr(self, name), "must be > 0")
+        for name in ("min_replicas", "max_replicas"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ConfigError(name, value, "must be >= 0")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The autoscaler's flags of `flotilla proxy`."""
+    g = parser.add_argument_group("autoscaler")
+    g.add_argument("--autoscale", metavar="SPEC", default=None,
+                   help="run the autoscaler with this scaling policy NAME[:key=value,...]")
+    g.add_argument("--actuator", choices=ACTUATORS, default=None, help="how replicas start and stop (default local)")
+    g.add_argument("--engine-cmd", default=None, help="one replica's command line (local actuator)")
+    g.add_argument("--engine-flavor", choices=FLAVORS, default=None, help="default: guessed from --engine-cmd")
+    g.add_argument("--min-replicas", type=int, default=None)
+    g.add_argument("--max-replicas", type=int, default=None)
+    g.add_argument("--autoscale-interval-s", type=float, default=None, help="seconds between decisions")
+    g.add_argument("--autoscale-time-scale", type=float, default=None,
+                   help="real seconds per autoscaler second, as the engines' --time-scale")
+    g.add_argument("--drain-timeout-s", type=float, default=None)
+    g.add_argument("--prometheus-url", default=None, help="read signals from this Prometheus server")
+    g.add_argument("--prometheus-query", action="append", default=[], metavar="FIELD=PROMQL")
+    g.add_argument("--engine-log-dir", type=Path, default=None)
+    g.add_argument("--hold-max-requests", type=int, default=None, help="requests held while no replica is ready")
+    g.add_argument("--hold-max-wait-s", type=float, default=None, help="longest hold before a 503")
+    g.add_argument("--docker-image", default=None)
+    g.add_argument("--docker-socket", default=None)
+    g.add_argument("--docker-network", default=None)
+    g.add_argument("--docker-compose-service", default=None)
+    g.add_argument("--k8s-workload", default=None, metavar="KIND/NAME", help="deployment/NAME or statefulset/NAME")
+    g.add_argument("--k8s-service", default=None)
+    g.add_argument("--k8s-namespace", default=None)
+    g.add_argument("--kubeconfig", type=Path, default=None)
+
+
+# flag -> (config field, nested section or None)
+_FLAGS = {
+    "autoscale": ("policy", None), "actuator": ("actuator", None), "engine_cmd": ("engine_cmd", None),
+    "engine_flavor": ("flavor", None), "min_replicas": ("min_replicas", None),
+    "max_replicas": ("max_replicas", None), "autoscale_interval_s": ("interval_s", None),
+    "autoscale_time_scale": ("time_scale", None), "drain_timeout_s": ("drain_timeout_s", None),
+    "prometheus_url": ("prometheus_url", None), "engine_log_dir": ("engine_log_dir", None),
+    "hold_max_requests": ("max_requests", "hold"), "hold_max_wait_s": ("max_wait_s", "hold"),
+    "docker_image": ("image", "docker"), "docker_socket": ("socket_path", "docker"),
+    "docker_network": ("network", "docker"), "docker_compose_service": ("compose_service", "docker"),
+    "k8s_workload": ("workload", "kubernetes"), "k8s_service": ("service", "kubernetes"),
+    "k8s_namespace": ("namespace", "kubernetes"), "kubeconfig": ("kubeconfig", "kubernetes"),
+}
+
+
+def config_from_args(args: argparse.Namespace) -> AutoscaleConfig | None:
+    """The autoscaler asked for by flags and the --config file's `autoscaler:` section; None when
+    neither asks for one."""
+    raw = file_section(getattr(args, "config", None))
+    if raw is None and getattr(args, "autoscale", None) is None:
+        return None
+    raw = dict(raw or {})
+    for flag, (name, section) in _FLAGS.items():
+        value = getattr(args, flag, None)
+        if value is None:
+            continue
+        if section is None:
+            raw[name] = value
+        else:
+            raw[section] = {**(raw.get(section) or {}), name: value}
+    if getattr(args, "prometheus_query", None):
+        raw["prometheus_queries"] = tuple(args.prometheus_query)
+    return config_from_mapping(raw)
+
+
+def file_section(path: Path | None) -> dict | None:
+    """The `autoscaler:` mapping of a fleet file (top level or under `proxy:`), if it has one."""
+    if path is None:
+        return None
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(data, dict):
+        return None
+    section = data.get("autoscaler")
+    if section is None and isinstance(data.get("proxy"), dict):
+        section = data["proxy"].get("autoscaler")
+    if section is not None and not isinstance(section, dict):
+        raise ConfigError("autoscaler", section, "must be a mapping")
+    return section
+
+
+# Keys of `flotilla up`'s autoscaler section that describe the engine group, not this process.
+_UP_KEYS = frozenset({"engines", "signals"})
+_FILE_ALIASES = {"min": "min_replicas", "max": "max_replicas"}
+
+
+def config_from_mapping(raw: dict) -> AutoscaleConfig:
+    """An AutoscaleConfig from a fleet file section (or flags merged into one)."""
+    known = {f.name for f in fields(AutoscaleConfig)}
+    kwargs: dict = {}
+    for key, value in raw.items():
+        name = _FILE_ALIASES.get(key, key)
+        if key in _UP_KEYS:
+            continue
+        if name not in known:
+            raise ConfigError(f"autoscaler.{key}", value, f"unknown key; known: {', '.join(sorted(known))}")
+        kwargs[name] = value
+    if isinstance(kwargs.get("hold"), dict):
+        try:
+            kwargs["hold"] = HoldSettings(**kwargs["hold"])
+        except (TypeError, ValueError) as exc:
+            raise ConfigError("autoscaler.hold", kwargs["hold"], str(exc)) from None
+    if isinstance(kwargs.get("engine_cmd"), list):
+        kwargs["engine_cmd"] = shlex.join(str(w) for w in kwargs["engine_cmd"])
+    if "prometheus_queries" in kwargs:
+        kwargs["prometheus_queries"] = tuple(kwargs["prometheus_queries"])
+    return AutoscaleConfig(**kwargs)

@@ -1,0 +1,46 @@
+"""The autoscaler's series on the proxy's /metrics, in the names the dashboards query.
+
+Names and label values come from `policies.scaling.observe`, so decisions by every reason start
+at zero and the dashboards, the simulator and the proxy agree.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from policies.scaling.observe import METRICS, REASON_LABELS, STATE_LABELS, DecisionRecord
+
+
+class AutoscalerMetrics:
+    def __init__(self, registry: CollectorRegistry, policy: str) -> None:
+        self.policy = policy
+        self.desired = Gauge("flotilla_autoscaler_desired_replicas", METRICS["flotilla_autoscaler_desired_replicas"],
+                             registry=registry)
+        self.replicas = Gauge("flotilla_autoscaler_replicas", METRICS["flotilla_autoscaler_replicas"], ["state"],
+                              registry=registry)
+        self.decisions = Counter("flotilla_autoscaler_decisions", METRICS["flotilla_autoscaler_decisions"],
+                                 ["policy", "reason"], registry=registry)
+        self.cold_start = Gauge("flotilla_autoscaler_cold_start_seconds",
+                                METRICS["flotilla_autoscaler_cold_start_seconds"], registry=registry)
+        self.arrivals = Counter("flotilla_autoscaler_arrivals", "Requests that reached the proxy, counted "
+                                "before routing or holding", registry=registry)
+        self.held = Gauge("flotilla_autoscaler_held_requests", "Requests held while no replica is ready",
+                          registry=registry)
+        self.hold_rejections = Counter("flotilla_autoscaler_hold_rejections",
+                                       "Requests answered 503 because the hold bound was reached", registry=registry)
+        for reason in REASON_LABELS:
+            self.decisions.labels(policy, reason)
+        for state in STATE_LABELS:
+            self.replicas.labels(state).set(0)
+
+    def observe(self, record: DecisionRecord) -> None:
+        """One decision of the loop."""
+        self.desired.set(record.desired)
+        self.decisions.labels(record.policy, record.reason).inc()
+        self.set_replicas(record.replicas, record.cold_start_s)
+
+    def set_replicas(self, counts: dict[str, int], cold_start_s: float | None) -> None:
+        for state, count in counts.items():
+            self.replicas.labels(state).set(count)
+        if cold_start_s is not None:
+            self.cold_start.set(cold_start_s)
