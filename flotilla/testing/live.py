@@ -1,0 +1,130 @@
+"""A live fleet in this process: look-alike engines and the proxy on free 127.0.0.1 ports.
+
+Engines run `time_scale` times faster than modelled time. `replay` sends the workload through
+the proxy with the open-loop runner at speedup 1 / time_scale and converts the client's wall
+times back to modelled seconds, so its result reads like the simulator's (a few milliseconds of
+loop and socket latency, divided by the time scale, are the difference).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from flotilla.testing.engines import llama_config, vllm_config
+from flotilla.testing.simulated import fleet_meta
+from flotilla.testing.spec import FleetSpec
+from flotilla.testing.workload import ReplayOptions, Workload, load_workload
+from loadgen.results import RequestRecord, RunResult, Slo
+from loadgen.runner import OpenLoopRunner, RunnerConfig
+from loadgen.stats import summarize
+
+LIVE_SCRAPE_WALL_S = 0.05
+"""Proxy scrape interval in wall seconds when the spec sets none."""
+HEALTH_INTERVAL_WALL_S = 0.5
+"""Proxy health-probe interval in wall seconds."""
+
+
+@dataclass
+class LiveFleet:
+    """Running engines and the proxy in front of them; `close()` stops them all."""
+
+    spec: FleetSpec
+    """The fleet."""
+    engines: list[Any] = field(default_factory=list)
+    """RunningVllm or RunningLlama servers, in backend order."""
+    proxy: Any = None
+    """The RunningProxy."""
+    source: str = "live"
+    """Where results come from: `live` here, `sim` for `SimFleet`."""
+
+    @classmethod
+    async def start(cls, spec: FleetSpec) -> LiveFleet:
+        """Start every engine (no cold start), wait until they serve, then the proxy."""
+        fleet = cls(spec)
+        try:
+            for index in range(spec.engines):
+                fleet.engines.append(await _start_engine(spec, index))
+            await asyncio.gather(*(e.wait_ready() for e in fleet.engines))
+            fleet.proxy = await _start_proxy(spec, fleet.engine_urls)
+        except BaseException:
+            await fleet.close()
+            raise
+        return fleet
+
+    @property
+    def url(self) -> str:
+        """The proxy's base URL (what clients talk to)."""
+        return str(self.proxy.url)
+
+    @property
+    def engine_urls(self) -> list[str]:
+        """Each engine's base URL; position i is backend `str(i)` in results."""
+        return [f"http://127.0.0.1:{e.port}" for e in self.engines]
+
+    async def replay(self, workload: Workload, **options: Any) -> RunResult:
+        """Replay `workload` through the proxy; latencies in modelled seconds, backends by index."""
+        opts = ReplayOptions.from_kwargs(**options)
+        requests = load_workload(workload, opts)
+        label = opts.label or self.spec.policy
+        cfg = RunnerConfig(target_url=self.url, model=self.spec.served_model, speedup=1 / self.spec.time_scale,
+                           endpoint=opts.endpoint, request_timeout_s=opts.request_timeout_s,
+                           show_progress=False)
+        wall = await OpenLoopRunner(cfg).run(requests)
+        index = {url: str(i) for i, url in enumerate(self.engine_urls)}
+        records = [to_modelled(r, self.spec.time_scale, index) for r in wall.requests]
+        slo = opts.slo if isinstance(opts.slo, Slo) else None
+        meta = {**fleet_meta(self.spec, "live", label), "time_scale": self.spec.time_scale, "target": self.url,
+                "e2e_max_s": max((r.e2e_s for r in records if r.e2e_s is not None), default=None)}
+        return RunResult(summary=summarize(records, slo), requests=records, meta=meta,
+                         replicas=[(0.0, self.spec.engines)])
+
+    async def close(self) -> None:
+        """Stop the proxy, then the engines; safe to call twice."""
+        proxy, engines = self.proxy, self.engines
+        self.proxy, self.engines = None, []
+        if proxy is not None:
+            await proxy.close()
+        for engine in engines:
+            with contextlib.suppress(Exception):
+                await engine.close()
+
+
+def to_modelled(rec: RequestRecord, time_scale: float, backend_index: dict[str, str]) -> RequestRecord:
+    """A client record with wall seconds turned into modelled seconds and the backend URL into its index."""
+
+    def scaled(value: float | None) -> float | None:
+        return None if value is None else value / time_scale
+
+    return dataclasses.replace(
+        rec, scheduled_time_s=rec.scheduled_time_s / time_scale, send_time_s=rec.send_time_s / time_scale,
+        ttft_s=scaled(rec.ttft_s), tpot_s=scaled(rec.tpot_s), e2e_s=scaled(rec.e2e_s),
+        itl_s=[gap / time_scale for gap in rec.itl_s],
+        backend=backend_index.get(rec.backend or "", rec.backend))
+
+
+async def _start_engine(spec: FleetSpec, index: int) -> Any:
+    if spec.flavor == "vllm":
+        from fake_engines.vllm.server import start_vllm
+
+        return await start_vllm(vllm_config(spec, index), cold_start=False)
+    from fake_engines.llamacpp.server import start_llama
+
+    return await start_llama(llama_config(spec, index), cold_start=False)
+
+
+async def _start_proxy(spec: FleetSpec, urls: list[str]) -> Any:
+    import random
+
+    from proxy.app import start_proxy
+    from proxy.config import BackendSpec, HealthConfig, ProxyConfig
+
+    scrape_s = spec.scrape_interval_s * spec.time_scale if spec.scrape_interval_s else LIVE_SCRAPE_WALL_S
+    config = ProxyConfig(port=0, policy=spec.policy, scrape_interval_s=scrape_s,
+                         health=HealthConfig(interval_s=HEALTH_INTERVAL_WALL_S),
+                         backends=[BackendSpec(url=u, flavor=spec.flavor, models=(spec.served_model,))
+                                   for u in urls])
+    return await start_proxy(config, rng=random.Random(spec.seed))
