@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.resources
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,24 +93,58 @@ class EngineGroup:
 
 @dataclass(frozen=True)
 class AutoscalerSection:
-    """Scaling one engine group inside the proxy process."""
+    """Scaling one engine group from inside the proxy (proxy/autoscale runs it)."""
 
-    policy: str = "seed"
-    """Scaling policy spec NAME[:key=value,...] (docs/autoscaling.md)."""
     engines: str = ""
     """Name of the engine group it scales; default the first group whose min differs from max."""
     signals: tuple[str, ...] = ("waiting", "kv_cache_usage", "arrival_rate")
     """Signals shown to the policy, for the record; policies read the ones they need."""
-    actuator: str = "local"
-    """How replicas start and stop: local launches engine processes on this machine."""
-    interval_s: float = 1.0
-    """Seconds between two decisions."""
+    settings: Mapping[str, object] = field(default_factory=dict)
+    """Every other key, as the proxy's `autoscaler:` section takes it (policy, interval_s, hold,
+    ...); checked by proxy.autoscale.config."""
 
-    def check(self, where: str) -> None:
-        if self.actuator not in ACTUATORS:
-            raise ConfigError(f"{where}.actuator", self.actuator, f"must be one of {', '.join(ACTUATORS)}")
-        if not self.interval_s > 0:
-            raise ConfigError(f"{where}.interval_s", self.interval_s, "must be > 0")
+    def for_proxy(self, group: EngineGroup, log_dir: Path | None = None) -> dict[str, object]:
+        """The proxy's `autoscaler:` section: these settings plus the group's command and limits.
+        Its clock runs at the engines' time scale, so windows and cold starts stay in proportion."""
+        section: dict[str, object] = {"actuator": "local", "time_scale": group.time_scale, **self.settings}
+        section.update(engine_cmd=without_address(group.command(port=0)), flavor=group.flavor,
+                       min=group.min_replicas, max=group.max_replicas)
+        if log_dir is not None:
+            section["engine_log_dir"] = str(log_dir)
+        return section
+
+    def check(self, group: EngineGroup) -> None:
+        from proxy.autoscale.config import config_from_mapping
+
+        if self.settings.get("actuator", "local") not in ACTUATORS:
+            raise ConfigError("autoscaler.actuator", self.settings["actuator"],
+                              f"flotilla up runs the {' or '.join(ACTUATORS)} actuator only")
+        for key in ("engine_cmd", "flavor", "min", "max", "min_replicas", "max_replicas"):
+            if key in self.settings:
+                raise ConfigError(f"autoscaler.{key}", self.settings[key], "is set by the scaled engine group")
+        from policies.scaling import create_policy
+
+        try:
+            config = config_from_mapping(self.for_proxy(group))
+            create_policy(config.policy)
+        except ConfigError as exc:
+            name = exc.field if exc.field.startswith("autoscaler.") else f"autoscaler.{exc.field}"
+            raise ConfigError(name, exc.value, exc.reason) from None
+        except ValueError as exc:  # an unknown policy name or a bad policy key
+            raise ConfigError("autoscaler.policy", config.policy, str(exc)) from None
+
+
+def without_address(argv: list[str]) -> list[str]:
+    """An engine command minus --host/--port, which the actuator appends per replica."""
+    out, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in ("--host", "--port"):
+            skip = True
+        else:
+            out.append(word)
+    return out
 
 
 @dataclass(frozen=True)
@@ -225,11 +260,16 @@ def _section(cls: type, data: object, where: str, kinds: dict[str, type]) -> obj
 
 
 def _autoscaler(data: object) -> AutoscalerSection:
-    raw = dict(data or {}) if isinstance(data, dict) else data
-    if isinstance(raw, dict) and isinstance(raw.get("signals"), list):
-        raw["signals"] = tuple(str(s) for s in raw["signals"])
-    kinds = {"policy": str, "engines": str, "signals": tuple, "actuator": str, "interval_s": float}
-    return _section(AutoscalerSection, raw, "autoscaler", kinds)
+    if not isinstance(data, dict):
+        raise ConfigError("autoscaler", data, "must be a mapping")
+    settings = dict(data)
+    engines = settings.pop("engines", "")
+    signals = settings.pop("signals", AutoscalerSection.signals)
+    if not isinstance(engines, str):
+        raise ConfigError("autoscaler.engines", engines, "must name an engine group")
+    if isinstance(signals, str) or not all(isinstance(x, str) for x in signals):
+        raise ConfigError("autoscaler.signals", signals, "must be a list of signal names")
+    return AutoscalerSection(engines=engines, signals=tuple(signals), settings=settings)
 
 
 def _demo(data: object, base: Path) -> DemoSection:
@@ -282,9 +322,11 @@ def _unique_names(engines: tuple[EngineGroup, ...]) -> None:
 
 
 def _check_scaled_group(fleet: UpFleet) -> None:
-    if fleet.autoscaler and fleet.autoscaler.engines:
-        if fleet.autoscaler.engines not in {g.name for g in fleet.engines}:
-            raise ConfigError("autoscaler.engines", fleet.autoscaler.engines, "names no engine group")
+    if fleet.autoscaler is None:
+        return
+    if fleet.autoscaler.engines and fleet.autoscaler.engines not in {g.name for g in fleet.engines}:
+        raise ConfigError("autoscaler.engines", fleet.autoscaler.engines, "names no engine group")
+    fleet.autoscaler.check(fleet.scaled_group())
 
 
 def load_up_fleet(path: Path | None = None) -> UpFleet:

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import ctypes
 import os
-import shlex
 import signal
 import sys
 import time
@@ -22,11 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+import yaml
 
 from proxy.autoscale import local
 from proxy.autoscale.actuator import ReplicaHandle
 from proxy.autoscale.local import LocalActuator
-from proxy.fleetfile import EngineGroup, UpFleet
+from proxy.fleetfile import EngineGroup, UpFleet, without_address
 from proxy.status import FleetStatus, fleet_status
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -83,35 +83,15 @@ def descendants_of(pid: int) -> list[int]:
     return out
 
 
-def proxy_command(fleet: UpFleet, backends: list[tuple[str, str]], autoscale_args: list[str]) -> list[str]:
-    """`flotilla proxy` with the started engines as backends; the actuator adds --host/--port."""
-    argv = [sys.executable, "-m", "flotilla", "proxy", "--policy", fleet.policy]
-    for flavor, url in backends:
-        argv += ["--backend", f"{flavor}={url}"]
-    return argv + autoscale_args
-
-
-def autoscale_args(fleet: UpFleet, log_dir: Path) -> list[str]:
-    """Flags that make the proxy run the autoscaler over the scaled group (none without one)."""
-    group, section = fleet.scaled_group(), fleet.autoscaler
-    if group is None or section is None:
-        return []
-    engine_cmd = _without_address(group.command(port=0))
-    return ["--autoscale", section.policy, "--actuator", section.actuator, "--engine-cmd", shlex.join(engine_cmd),
-            "--min-replicas", str(group.min_replicas), "--max-replicas", str(group.max_replicas)]
-
-
-def _without_address(argv: list[str]) -> list[str]:
-    """An engine command minus --host/--port, which the actuator appends per replica."""
-    out, skip = [], False
-    for word in argv:
-        if skip:
-            skip = False
-        elif word in ("--host", "--port"):
-            skip = True
-        else:
-            out.append(word)
-    return out
+def proxy_fleet_file(fleet: UpFleet, backends: list[tuple[str, str]], log_dir: Path) -> dict[str, object]:
+    """What `flotilla proxy --config` reads: the policy, the started engines as backends and,
+    when one group is autoscaled, the proxy's `autoscaler:` section for it."""
+    data: dict[str, object] = {"proxy": {"policy": fleet.policy,
+                                         "backends": [{"url": url, "flavor": f} for f, url in backends]}}
+    group = fleet.scaled_group()
+    if fleet.autoscaler is not None and group is not None:
+        data["autoscaler"] = fleet.autoscaler.for_proxy(group, log_dir / group.name)
+    return data
 
 
 @dataclass
@@ -129,19 +109,22 @@ class Fleet:
 
     async def start(self, port: int) -> None:
         """Start the fixed engine groups, then the proxy on 127.0.0.1:`port` (0: a free port)."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
         scaled = self.spec.scaled_group()
         for group in self.spec.engines:
             if group is not scaled:
                 await self._start_group(group, group.replicas)
         backends = [(m.actuator.flavor, m.handle.url) for m in self.engines]
-        argv = proxy_command(self.spec, backends, autoscale_args(self.spec, self.log_dir))
+        config = self.log_dir / "proxy-fleet.yaml"
+        config.write_text(yaml.safe_dump(proxy_fleet_file(self.spec, backends, self.log_dir), sort_keys=False))
+        argv = [sys.executable, "-m", "flotilla", "proxy", "--config", str(config)]
         actuator = LocalActuator(argv, flavor="openai", log_dir=self.log_dir)
         handle = await _start_on_port(actuator, port or local.free_port())
         self.members.append(Member("proxy", handle, actuator, self.log_dir / f"{handle.replica_id}.log"))
         self.proxy_url = handle.url
 
     async def _start_group(self, group: EngineGroup, replicas: int) -> None:
-        actuator = LocalActuator(_without_address(group.command(port=0)), flavor=group.flavor,
+        actuator = LocalActuator(without_address(group.command(port=0)), flavor=group.flavor,
                                  log_dir=self.log_dir / group.name)
         for _ in range(replicas):
             handle = await actuator.start_replica()

@@ -55,7 +55,10 @@ def test_autoscaler_scales_the_group_whose_min_differs_from_max() -> None:
                            "  - {name: pool, flavor: vllm, model: m, min: 1, max: 3}\n"
                            "autoscaler: {policy: 'seed:capacity_rps=4', interval_s: 2}\n")
     assert fleet.scaled_group().name == "pool"
-    assert fleet.autoscaler.policy == "seed:capacity_rps=4" and fleet.autoscaler.interval_s == 2.0
+    section = fleet.autoscaler.for_proxy(fleet.scaled_group())
+    assert (section["policy"], section["interval_s"], section["min"], section["max"]) == ("seed:capacity_rps=4", 2, 1, 3)
+    assert section["engine_cmd"][3:5] == ["serve", "m"] and "--port" not in section["engine_cmd"]
+    assert (section["flavor"], section["time_scale"]) == ("vllm", 1.0)
 
 
 @pytest.mark.parametrize(("text", "field"), [
@@ -74,6 +77,11 @@ def test_autoscaler_scales_the_group_whose_min_differs_from_max() -> None:
     (ENGINE + "proxy: {backends: [{url: 'ftp://x'}]}\n", "url"),
     (ENGINE + "autoscaler: {actuator: docker}\n", "autoscaler.actuator"),
     (ENGINE + "autoscaler: {engines: nope}\n", "autoscaler.engines"),
+    (ENGINE + "autoscaler: {policy: no-such-policy}\n", "autoscaler.policy"),
+    (ENGINE + "autoscaler: {policy: 'seed:capacity_rps=-1'}\n", "autoscaler.policy"),
+    (ENGINE + "autoscaler: {interval_s: 0}\n", "autoscaler.interval_s"),
+    (ENGINE + "autoscaler: {engine_cmd: vllm serve x}\n", "autoscaler.engine_cmd"),
+    (ENGINE + "autoscaler: {colour: red}\n", "autoscaler.colour"),
     (ENGINE + "demo: {speedup: -1}\n", "demo.speedup"),
     (ENGINE + "demo: {max_requests: 0}\n", "demo.max_requests"),
     (ENGINE + "router: {}\n", "router"),
