@@ -20,8 +20,8 @@ async def sse_server(aiohttp_server):
 
 @pytest.fixture
 def slow_sse_server_process(repo_root):
-    """Base URL of the test server in its own process, streaming one token per 0.1 s."""
-    proc = subprocess.Popen([sys.executable, "-m", "tests.loadgen.sse_server", "--token-delay-s", "0.1"],
+    """Base URL of the test server in its own process, streaming one token per 0.5 s."""
+    proc = subprocess.Popen([sys.executable, "-m", "tests.loadgen.sse_server", "--token-delay-s", "0.5"],
                             cwd=repo_root, stdout=subprocess.PIPE, text=True)
     try:
         port = int(proc.stdout.readline())

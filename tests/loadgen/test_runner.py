@@ -50,6 +50,7 @@ async def test_replay_keeps_the_three_second_bursts_scaled_by_speedup(sse_server
 # runs in its own process and reports how late its own 5 ms timer wakes, to tell the machine's noise apart
 TIMER_PROBE = """
 import sys, time
+print("ready", flush=True)
 late = []
 start = time.perf_counter()
 for i in range(1, int(float(sys.argv[1]) / 0.005)):
@@ -63,11 +64,13 @@ print(late[int(0.9 * len(late))])
 
 async def test_send_times_stay_within_10_ms_of_schedule_at_200_rps_with_a_slow_backend(
         slow_sse_server_process):
-    # the server runs in its own process and holds every request for a second (10 tokens, 0.1 s each)
+    # the server runs in its own process and holds every request for a second (2 tokens, 0.5 s each);
+    # few tokens keep the client's own work small, so what is measured is the dispatcher
     cfg = RunnerConfig(target_url=slow_sse_server_process, show_progress=False)
-    requests = [TraceRequest(timestamp_s=i / 200, input_length=32, output_length=10) for i in range(300)]
+    requests = [TraceRequest(timestamp_s=i / 200, input_length=32, output_length=2) for i in range(300)]
     probe = await asyncio.create_subprocess_exec(sys.executable, "-c", TIMER_PROBE, "2.5",
                                                  stdout=asyncio.subprocess.PIPE)
+    assert await probe.stdout.readline() == b"ready\n"  # its start-up must not compete with the run
     result = await OpenLoopRunner(cfg).run(requests)
     machine_noise_p90_s = float((await probe.communicate())[0])
     assert result.summary.num_ok == 300
@@ -76,7 +79,8 @@ async def test_send_times_stay_within_10_ms_of_schedule_at_200_rps_with_a_slow_b
     # never early, and on time to 10 ms for 90% of requests; on a machine so loaded that even a bare
     # timer process wakes late, that measured noise is allowed on top
     assert lateness[0] >= -0.001
-    assert lateness[int(0.9 * len(lateness))] <= 0.010 + 2 * machine_noise_p90_s
+    p90 = lateness[int(0.9 * len(lateness))]
+    assert p90 <= 0.010 + 2 * machine_noise_p90_s, (p90, machine_noise_p90_s, lateness[-5:])
     # open loop: when request 200 left, the 199 before it were all still streaming
     assert all(r.e2e_s >= 1.0 for r in result.requests)
     last_sent = result.requests[199].send_time_s
