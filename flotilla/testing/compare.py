@@ -81,13 +81,15 @@ class Comparison:
         return pick(values, key=lambda p: values[p])
 
     def table(self, columns: Sequence[str] | None = None) -> str:
-        """A fixed-width text table: a row per policy, latencies in ms, rates in %."""
+        """A fixed-width text table: a row per policy; latencies in ms (s when a column reaches
+        10 s), rates and shares in %."""
         cols = list(columns) if columns else self._default_columns()
+        formats = [_Column(c, [row[c] for row in self.rows]) for c in cols]
         width = max([len("policy"), *(len(p) for p in self.policies)])
-        head = f"{'policy':<{width}}  " + "  ".join(f"{_heading(c):>{max(9, len(_heading(c)))}}" for c in cols)
+        head = f"{'policy':<{width}}  " + "  ".join(f"{f.heading:>{f.width}}" for f in formats)
         lines = [head, "-" * len(head)]
         for row in self.rows:
-            cells = "  ".join(f"{_cell(c, row[c]):>{max(9, len(_heading(c)))}}" for c in cols)
+            cells = "  ".join(f"{f.cell(row[f.name]):>{f.width}}" for f in formats)
             lines.append(f"{row.policy:<{width}}  {cells}")
         return "\n".join(lines)
 
@@ -95,29 +97,37 @@ class Comparison:
         return self.table()
 
     def _default_columns(self) -> list[str]:
-        present = set(self.rows[0].metrics) if self.rows else set()
+        if not self.rows:
+            return []
+        present = list(self.rows[0].metrics)
         cols = [c for c in DEFAULT_COLUMNS if c in present]
-        if any(c == "goodput_per_s" for c in cols) and all(r["goodput_per_s"] is None for r in self.rows):
+        if "goodput_per_s" in cols and all(r["goodput_per_s"] is None for r in self.rows):
             cols.remove("goodput_per_s")
-        return cols or sorted(present)
+        return cols or present
 
 
-def _heading(column: str) -> str:
-    if column.endswith("_s"):
-        return column[:-2] + " ms"
-    if column.endswith(("_rate", "_share")):
-        return column + " %"
-    return column
+class _Column:
+    """How one column is headed and printed, from its name's unit suffix and its values."""
 
+    def __init__(self, name: str, values: Sequence[float | None]) -> None:
+        self.name = name
+        numbers = [abs(v) for v in values if v is not None]
+        self.scale, unit = 1.0, ""
+        if name.endswith("_s"):
+            self.scale, unit = (1.0, "s") if max(numbers, default=0.0) >= 10 else (1e3, "ms")
+            name = name[:-2]
+        elif name.endswith(("_rate", "_share")):
+            self.scale, unit = 100.0, "%"
+        self.unit = unit
+        self.heading = f"{name} {unit}".strip()
+        self.width = max(9, len(self.heading))
 
-def _cell(column: str, value: float | None) -> str:
-    if value is None:
-        return "-"
-    if column.endswith("_s"):
-        return f"{value * 1e3:.1f}"
-    if column.endswith(("_rate", "_share")):
-        return f"{100 * value:.1f}"
-    return f"{value:g}"
+    def cell(self, value: float | None) -> str:
+        if value is None:
+            return "-"
+        if self.unit:
+            return f"{value * self.scale:.1f}"
+        return f"{value:g}"
 
 
 def run_metrics(result: RunResult) -> dict[str, float | None]:
