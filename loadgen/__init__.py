@@ -8,24 +8,32 @@ Public surface:
   `summarize(records, slo)` computes the summary.
 """
 
-from loadgen.readers import read_trace
-from loadgen.results import LatencyStats, RequestRecord, RunResult, Slo, Summary
-from loadgen.runner import OpenLoopRunner, RunnerConfig
-from loadgen.stats import parse_slo, summarize
-from loadgen.synthetic import synthetic_requests
-from loadgen.trace import TraceRequest
+from __future__ import annotations
 
-__all__ = [
-    "LatencyStats",
-    "OpenLoopRunner",
-    "RequestRecord",
-    "RunResult",
-    "RunnerConfig",
-    "Slo",
-    "Summary",
-    "TraceRequest",
-    "parse_slo",
-    "read_trace",
-    "summarize",
-    "synthetic_requests",
-]
+import importlib
+from typing import Any
+
+# public name -> module defining it; imported on first use, so `import loadgen.results` (the
+# simulator's path) does not pay for aiohttp, tqdm and numpy
+_EXPORTS = {
+    "LatencyStats": "loadgen.results",
+    "OpenLoopRunner": "loadgen.runner",
+    "RequestRecord": "loadgen.results",
+    "RunResult": "loadgen.results",
+    "RunnerConfig": "loadgen.runner",
+    "Slo": "loadgen.results",
+    "Summary": "loadgen.results",
+    "TraceRequest": "loadgen.trace",
+    "parse_slo": "loadgen.stats",
+    "read_trace": "loadgen.readers",
+    "summarize": "loadgen.stats",
+    "synthetic_requests": "loadgen.synthetic",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'loadgen' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
