@@ -142,8 +142,8 @@ async def _status_loop(fleet, session, refresh_s: float) -> None:
         if status is not None:
             table = format_table(status, before)
             # On a terminal the table redraws in place; in a log each refresh is appended.
-            prefix = f"\x1b[{drawn}F\x1b[J" if tty and drawn else "\n"
-            _say(prefix + table)
+            clear = f"\x1b[{drawn}F\x1b[J" if tty and drawn else ""
+            _say(clear + "\n" + table)
             drawn, before = table.count("\n") + 2, status
         await asyncio.sleep(refresh_s)
 
