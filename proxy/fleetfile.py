@@ -316,6 +316,8 @@ def parse_up_fleet(text: str, base: Path = Path(".")) -> UpFleet:
 def _unique_names(engines: tuple[EngineGroup, ...]) -> None:
     seen: set[str] = set()
     for i, group in enumerate(engines):
+        if group.name == "proxy" or "/" in group.name:
+            raise ConfigError(f"engines[{i}].name", group.name, "is reserved or not a plain name")
         if group.name in seen:
             raise ConfigError(f"engines[{i}].name", group.name, "is used by another group")
         seen.add(group.name)

@@ -118,9 +118,9 @@ class Fleet:
         config = self.log_dir / "proxy-fleet.yaml"
         config.write_text(yaml.safe_dump(proxy_fleet_file(self.spec, backends, self.log_dir), sort_keys=False))
         argv = [sys.executable, "-m", "flotilla", "proxy", "--config", str(config)]
-        actuator = LocalActuator(argv, flavor="openai", log_dir=self.log_dir)
+        actuator = LocalActuator(argv, flavor="openai", log_dir=self.log_dir / "proxy")
         handle = await _start_on_port(actuator, port or local.free_port())
-        self.members.append(Member("proxy", handle, actuator, self.log_dir / f"{handle.replica_id}.log"))
+        self.members.append(Member("proxy", handle, actuator, actuator.log_dir / f"{handle.replica_id}.log"))
         self.proxy_url = handle.url
 
     async def _start_group(self, group: EngineGroup, replicas: int) -> None:

@@ -73,6 +73,7 @@ def test_autoscaler_scales_the_group_whose_min_differs_from_max() -> None:
     ("engines:\n  - {flavor: vllm, model: m, args: --foo}\n", "engines[0].args"),
     ("engines:\n  - {flavor: vllm, model: m, gpus: 2}\n", "engines[0].gpus"),
     ("engines:\n  - {flavor: vllm, model: m}\n  - {flavor: vllm, model: m, name: vllm-0}\n", "engines[1].name"),
+    ("engines:\n  - {flavor: vllm, model: m, name: proxy}\n", "engines[0].name"),
     (ENGINE + "proxy: {port: 70000}\n", "proxy.port"),
     (ENGINE + "proxy: {backends: [{url: 'ftp://x'}]}\n", "url"),
     (ENGINE + "autoscaler: {actuator: docker}\n", "autoscaler.actuator"),
