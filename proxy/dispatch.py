@@ -107,7 +107,7 @@ class Dispatcher:
             except UpstreamFailure as exc:
                 self.pool.release(reservation)
                 self._failed(backend)
-                failure, answer = exc, None
+                failure, answer, retry_after_s = exc, None, None
                 if not exc.retryable:
                     break
                 continue
@@ -208,7 +208,8 @@ class Dispatcher:
             result = await read_whole(upstream, self.config.timeouts, deadline)
             if result.error is not None:  # nothing reached the client yet: answer with an error
                 self._failed(backend)
-                raise ProxyError(502, f"The backend failed mid-response: {result.error}.")
+                raise ProxyError(502, f"The backend failed mid-response: {result.error}.",
+                                 headers={"x-flotilla-backend": backend.url})
             return web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=result.body)
         finally:
             upstream.release() if result.completed else upstream.close()

@@ -41,8 +41,9 @@ def error_body(status: int, message: str, param: str | None = None, code: str | 
                       "param": param, "code": code if code is not None else status}}
 
 
-def error_response(exc: ProxyError, extra_headers: Mapping[str, str] | None = None) -> web.Response:
-    headers = {**exc.headers, **(extra_headers or {})}
+def error_response(exc: ProxyError, default_headers: Mapping[str, str] | None = None) -> web.Response:
+    """The error as JSON; headers set on the error win over `default_headers`."""
+    headers = {**(default_headers or {}), **exc.headers}
     return web.Response(status=exc.status, headers=headers, content_type="application/json",
                         text=json.dumps(error_body(exc.status, exc.message, exc.param, exc.code)))
 

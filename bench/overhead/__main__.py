@@ -7,9 +7,12 @@ import asyncio
 import os
 import platform
 import socket
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -48,28 +51,81 @@ async def wait_ready(url: str, timeout_s: float = 30.0) -> None:
 
 
 def spawn(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # Output goes nowhere: an unread pipe could fill and stall the process being measured.
+    return subprocess.Popen([sys.executable, *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-async def measure(name: str, base: str, args: argparse.Namespace, pid: int | None, bar: tqdm) -> TargetResult:
-    url = base + "/v1/completions"
-    await closed_loop(url, 8, 1.0)  # warm connections and code paths
-    bar.set_description(f"{name}: {args.rate:g} req/s")
-    c0 = cpu_s(pid) if pid else 0.0
-    fixed = await open_loop(url, args.rate, args.duration_s, tick=lambda: bar.update())
-    c1 = cpu_s(pid) if pid else 0.0
-    bar.set_description(f"{name}: stream")
-    stream = await open_loop(url, args.rate / 2, args.duration_s, stream=True, tick=lambda: bar.update())
-    bar.set_description(f"{name}: max")
-    c2 = cpu_s(pid) if pid else 0.0
-    peak = await closed_loop(url, args.concurrency, args.duration_s)
-    c3 = cpu_s(pid) if pid else 0.0
-    bar.update(int(args.rate * args.duration_s))
+def busy_share(interval_s: float = 1.0) -> float:
+    """Share of all CPUs busy over `interval_s`, from /proc/stat."""
+    def snap() -> tuple[int, int]:
+        values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = values[3] + values[4]
+        return sum(values) - idle, sum(values)
+    busy0, total0 = snap()
+    time.sleep(interval_s)
+    busy1, total1 = snap()
+    return (busy1 - busy0) / max(1, total1 - total0)
+
+
+def wait_quiet(max_wait_s: float, busy_below: float) -> float:
+    """Wait (up to `max_wait_s`) until other jobs leave the CPUs mostly idle; return the busy share seen."""
+    deadline = time.monotonic() + max_wait_s
+    share = busy_share()
+    while share >= busy_below and time.monotonic() < deadline:
+        share = busy_share()
+    return share
+
+
+@dataclass
+class Target:
+    """One way to reach the backend, and what its phases measured so far (one entry per round)."""
+
+    name: str
+    url: str
+    pid: int | None
+    """The proxy's process, whose CPU is counted; None for the direct connection."""
+    fixed: list[Latencies] = field(default_factory=list)
+    stream: list[Latencies] = field(default_factory=list)
+    peak: list[Latencies] = field(default_factory=list)
+    cpu_fixed_ms: list[float] = field(default_factory=list)
+    cpu_peak_ms: list[float] = field(default_factory=list)
+
+
+async def _timed(target: Target, run: Awaitable[Latencies]) -> tuple[Latencies, float | None]:
+    c0 = cpu_s(target.pid) if target.pid else 0.0
+    lat = await run
+    return lat, (_per_req(cpu_s(target.pid) - c0, lat) if target.pid else None)
+
+
+async def one_round(targets: list[Target], args: argparse.Namespace, bar: tqdm) -> None:
+    """Each phase runs on every target back to back, so a busy spell on the machine hits both."""
+    for t in targets:
+        bar.set_description(f"{t.name}: {args.rate:g} req/s")
+        lat, cpu = await _timed(t, open_loop(t.url, args.rate, args.duration_s, tick=bar.update))
+        t.fixed.append(lat)
+        if cpu is not None:
+            t.cpu_fixed_ms.append(cpu)
+    for t in targets:
+        bar.set_description(f"{t.name}: stream")
+        t.stream.append(await open_loop(t.url, args.rate / 2, args.duration_s, stream=True, tick=bar.update))
+    for t in targets:
+        bar.set_description(f"{t.name}: max")
+        lat, cpu = await _timed(t, closed_loop(t.url, args.concurrency, args.duration_s))
+        t.peak.append(lat)
+        if cpu is not None:
+            t.cpu_peak_ms.append(cpu)
+        bar.update(int(args.rate * args.duration_s))
+
+
+def summarize(t: Target) -> TargetResult:
+    """Median over rounds of each figure."""
+    med = statistics.median
     return TargetResult(
-        name=name, p50_ms=fixed.pct(50), p99_ms=fixed.pct(99), ttfb_p50_ms=stream.pct(50),
-        ttfb_p99_ms=stream.pct(99), max_rps=peak.rate, errors=fixed.errors + stream.errors + peak.errors,
-        cpu_ms_per_req_at_rate=_per_req(c1 - c0, fixed) if pid else None,
-        cpu_ms_per_req_at_max=_per_req(c3 - c2, peak) if pid else None,
+        name=t.name, p50_ms=med(x.pct(50) for x in t.fixed), p99_ms=med(x.pct(99) for x in t.fixed),
+        ttfb_p50_ms=med(x.pct(50) for x in t.stream), ttfb_p99_ms=med(x.pct(99) for x in t.stream),
+        max_rps=med(x.rate for x in t.peak), errors=sum(x.errors for x in t.fixed + t.stream + t.peak),
+        cpu_ms_per_req_at_rate=med(t.cpu_fixed_ms) if t.cpu_fixed_ms else None,
+        cpu_ms_per_req_at_max=med(t.cpu_peak_ms) if t.cpu_peak_ms else None,
     )
 
 
@@ -77,21 +133,27 @@ def _per_req(cpu: float, lat: Latencies) -> float:
     return 1000 * cpu / max(1, len(lat.values_ms))
 
 
-async def run(args: argparse.Namespace) -> list[TargetResult]:
+async def run(args: argparse.Namespace, quiet: list[float]) -> list[TargetResult]:
+    """Measure every target; `quiet` receives the machine's busy share before each round."""
     backend_port, proxy_port = free_port(), free_port()
     backend = spawn(["-m", "bench.overhead.backend", "--port", str(backend_port)])
     backend_url = f"http://127.0.0.1:{backend_port}"
     proxy = spawn(["-m", "flotilla", "proxy", "--port", str(proxy_port), "--backend", backend_url,
                    "--policy", "least-outstanding"])
     proxy_url = f"http://127.0.0.1:{proxy_port}"
+    targets = [Target("direct", backend_url + "/v1/completions", None),
+               Target("flotilla proxy", proxy_url + "/v1/completions", proxy.pid)]
     try:
         await wait_ready(backend_url + "/health")
         await wait_ready(proxy_url + "/ready")
-        total = 2 * int(1.5 * args.rate * args.duration_s) + 2 * int(args.rate * args.duration_s)
+        for t in targets:
+            await closed_loop(t.url, 8, 1.0)  # warm connections and code paths
+        total = args.rounds * len(targets) * int(2.5 * args.rate * args.duration_s)
         with tqdm(total=total, unit="req", file=sys.stderr) as bar:
-            direct = await measure("direct", backend_url, args, None, bar)
-            through = await measure("flotilla proxy", proxy_url, args, proxy.pid, bar)
-        return [direct, through]
+            for _ in range(args.rounds):
+                quiet.append(await asyncio.to_thread(wait_quiet, args.quiet_wait_s, 0.3))
+                await one_round(targets, args, bar)
+        return [summarize(t) for t in targets]
     finally:
         for p in (proxy, backend):
             p.terminate()
@@ -103,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=200.0, help="fixed request rate, req/s (default 200)")
     parser.add_argument("--duration-s", type=float, default=5.0, help="length of each phase (default 5)")
     parser.add_argument("--concurrency", type=int, default=64, help="connections for max req/s (default 64)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of all phases; medians are reported")
+    parser.add_argument("--quiet-wait-s", type=float, default=30.0,
+                        help="before each round, wait up to this long for other jobs to leave the CPUs idle")
     parser.add_argument("--write", type=Path, default=REPO / "docs" / "benchmarks.md",
                         help="markdown file whose overhead section is replaced")
     parser.add_argument("--no-write", action="store_true", help="print only")
@@ -114,12 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         runner = asyncio.Runner()
     with runner:
-        results = runner.run(run(args))
+        quiet: list[float] = []
+        results = runner.run(run(args, quiet))
     machine = (f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
                f"Python {platform.python_version()}, {platform.system()} {platform.release()}, "
-               f"load average {load_before:.1f} before the run")
+               f"load average {load_before:.1f} before the run, CPUs "
+               f"{', '.join(f'{100 * q:.0f} %' for q in quiet)} busy just before each round")
     command = "python -m bench.overhead " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = section(results, args.rate, args.duration_s, args.concurrency, machine, command.strip())
+    text = section(results, args.rate, args.duration_s, args.concurrency, args.rounds, machine, command.strip())
     print(text)
     if not args.no_write:
         write_section(args.write, text)

@@ -47,8 +47,8 @@ def table(results: list[TargetResult], rate: float) -> str:
     return "\n".join([head, *rows])
 
 
-def section(results: list[TargetResult], rate: float, duration_s: float, concurrency: int, machine: str,
-            command: str) -> str:
+def section(results: list[TargetResult], rate: float, duration_s: float, concurrency: int, rounds: int,
+            machine: str, command: str) -> str:
     return f"""{START}
 ## Proxy overhead
 
@@ -57,7 +57,8 @@ pre-encoded JSON answer, or 16 SSE chunks and `[DONE]`) directly and through `fl
 (one process, uvloop, policy `least-outstanding`). Fixed-rate phases are open loop: request *i* is
 sent at t0 + i/rate and its latency counts from that time, so falling behind shows. The
 maximum rate is {concurrency} closed-loop connections for {duration_s:g} s. Proxy CPU is user plus system
-time from `/proc/PID/stat` over each phase, divided by the requests served.
+time from `/proc/PID/stat` over each phase, divided by the requests served. Each phase runs on
+both targets back to back, {rounds} rounds in all; every figure is the median over rounds.
 
 Machine: {machine}. The load generator, the backend and the proxy share its cores, so max req/s
 measures CPU cost as much as anything; CPU per request is the steadier figure.

@@ -103,7 +103,7 @@ async def test_a_json_body_cut_short_becomes_a_502_error_not_a_truncated_answer(
     p = await proxy_for([b])
     async with aiohttp.ClientSession() as s:
         async with s.post(p.url + "/v1/completions", json=BODY) as r:
-            assert r.status == 502
+            assert r.status == 502 and r.headers["x-flotilla-backend"] == b.url
             assert "mid-response" in (await r.json())["error"]["message"]
 
 
