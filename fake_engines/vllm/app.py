@@ -24,19 +24,32 @@ RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
 
 
 @dataclass
+class EngineUnit:
+    """One data-parallel engine: its core's driver and the telemetry feeding its `engine` series."""
+
+    driver: LiveDriver
+    """Runs the core in (scaled) real time."""
+    telemetry: VllmTelemetry
+    """Feeds the metrics from this engine's events."""
+
+    def load_score(self) -> int:
+        """vLLM's DP load balancing score: waiting requests weigh four times running ones."""
+        stats = self.driver.core.stats()
+        return 4 * stats.num_waiting + stats.num_running
+
+
+@dataclass
 class VllmServer:
     """Everything the handlers share."""
 
     config: VllmServeConfig
     """Start-up flags."""
     spec: engine.VllmEngineSpec
-    """The sized engine."""
-    driver: LiveDriver
-    """Runs the core in (scaled) real time."""
+    """The sized engine (each data-parallel engine is sized alike)."""
+    engines: list[EngineUnit]
+    """One per data-parallel rank (-dp), engine label "0", "1", ..."""
     metrics: VllmMetrics
     """The vllm:* families."""
-    telemetry: VllmTelemetry
-    """Feeds the metrics from driver events."""
     sampler: OutputLengthSampler
     """Seeded output lengths."""
     loras: dict[str, str] = field(default_factory=dict)
@@ -53,20 +66,38 @@ class VllmServer:
         self.next_id += 1
         return f"req-{self.next_id}"
 
+    @property
+    def driver(self) -> LiveDriver:
+        """The first engine's driver (the only one without -dp)."""
+        return self.engines[0].driver
+
+    def pick_engine(self) -> EngineUnit:
+        """The least loaded engine, lowest rank on ties (vLLM's DP load balancer)."""
+        return min(self.engines, key=EngineUnit.load_score)
+
+    async def drain(self) -> None:
+        """Wait for every engine's in-flight requests."""
+        for unit in self.engines:
+            await unit.driver.drain()
+
 
 SERVER_KEY = web.AppKey("vllm_server", VllmServer)
 
 
 def build_server(config: VllmServeConfig) -> VllmServer:
-    """Size the engine (ModelDoesNotFit propagates) and wire core, driver and metrics."""
+    """Size the engine (ModelDoesNotFit propagates) and wire cores, drivers and metrics."""
     spec = engine.size_engine(config)
-    core = engine.build_scheduler(config, spec)
+    ranks = tuple(str(rank) for rank in range(config.data_parallel_size))
     metrics = VllmMetrics(config.model_name, config.max_model_len, engine.cache_config_labels(config, spec),
-                          max_loras=config.max_loras if config.enable_lora else None)
-    telemetry = VllmTelemetry(metrics, core)
-    driver = LiveDriver(core, engine.step_time_fn(config, spec), config.time_scale, telemetry)
+                          max_loras=config.max_loras if config.enable_lora else None, engines=ranks)
+    step_time = engine.step_time_fn(config, spec)
+    units = []
+    for rank in ranks:
+        core = engine.build_scheduler(config, spec)
+        telemetry = VllmTelemetry(metrics, core, rank)
+        units.append(EngineUnit(LiveDriver(core, step_time, config.time_scale, telemetry), telemetry))
     sampler = OutputLengthSampler(seed=config.seed, mean_output_tokens=config.mean_output_tokens)
-    return VllmServer(config, spec, driver, metrics, telemetry, sampler, loras=dict(config.lora_modules))
+    return VllmServer(config, spec, units, metrics, sampler, loras=dict(config.lora_modules))
 
 
 def create_app(config: VllmServeConfig, allow_runtime_lora: bool | None = None) -> web.Application:
@@ -97,11 +128,13 @@ def create_app(config: VllmServeConfig, allow_runtime_lora: bool | None = None) 
 
 
 async def _start_driver(app: web.Application) -> None:
-    app[SERVER_KEY].driver.start()
+    for unit in app[SERVER_KEY].engines:
+        unit.driver.start()
 
 
 async def _stop_driver(app: web.Application) -> None:
-    await app[SERVER_KEY].driver.stop()
+    for unit in app[SERVER_KEY].engines:
+        await unit.driver.stop()
 
 
 @web.middleware

@@ -112,9 +112,10 @@ class VllmMetrics:
     """The vllm:* families on a private registry (no process/python collectors)."""
 
     def __init__(self, model_name: str, max_model_len: int, cache_config: dict[str, str],
-                 max_loras: int | None = None, engine: str = "0") -> None:
+                 max_loras: int | None = None, engines: tuple[str, ...] = ("0",)) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.labels = {"model_name": model_name, "engine": engine}
+        self.model_name = model_name
+        self.engines = engines
         self.max_loras = max_loras
         self._build_engine_families()
         self._build_request_families(max_model_len)
@@ -215,40 +216,48 @@ class VllmMetrics:
         names = sorted({*cache_config, "engine"})
         info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", names,
                      registry=self.registry)
-        info.labels(**{**cache_config, "engine": self.labels["engine"]}).set(1)
+        for engine in self.engines:
+            info.labels(**{**cache_config, "engine": engine}).set(1)
         self.lora_info = None
         if self.max_loras is not None:
             self.lora_info = Gauge("vllm:lora_requests_info", "Running stats on lora requests.",
                                    ["max_lora", "waiting_lora_adapters", "running_lora_adapters"],
                                    registry=self.registry)
 
+    def _lab(self, engine: str) -> dict[str, str]:
+        return {"model_name": self.model_name, "engine": engine}
+
     def _precreate_series(self) -> None:
         # vLLM creates every labelled child at start-up, so scrapes show zeros before any traffic.
+        for reason in ("max_num_queued_reqs", "max_num_queued_tokens"):
+            self.admission_rejections.labels(model_name=self.model_name, reason=reason)
+        for engine in self.engines:
+            self._precreate_engine(self._lab(engine))
+
+    def _precreate_engine(self, lab: dict[str, str]) -> None:
         for family in (self.flops, self.read_bytes, self.write_bytes, self.running, self.waiting, self.kv_usage,
                        self.prefix_queries, self.prefix_hits, self.ext_queries, self.ext_hits, self.mm_queries,
                        self.mm_hits, self.preemptions, self.prompt_tokens, self.prompt_cached,
                        self.generation_tokens):
-            family.labels(**self.labels)
+            family.labels(**lab)
         for reason in ("capacity", "deferred"):
-            self.waiting_by_reason.labels(**self.labels, reason=reason)
+            self.waiting_by_reason.labels(**lab, reason=reason)
         for state, value in (("awake", 1), ("weights_offloaded", 0), ("discard_all", 0)):
-            self.sleep_state.labels(**self.labels, sleep_state=state).set(value)
+            self.sleep_state.labels(**lab, sleep_state=state).set(value)
         for source in ("local_compute", "local_cache_hit", "external_kv_transfer"):
-            self.prompt_by_source.labels(**self.labels, source=source)
+            self.prompt_by_source.labels(**lab, source=source)
         for source in ("device", "host", "p2p", "disk", "external_unspecified"):
-            self.cached_by_source.labels(**self.labels, source=source)
+            self.cached_by_source.labels(**lab, source=source)
         for reason in FINISHED_REASONS:
-            self.request_success.labels(**self.labels, finished_reason=reason)
-        for reason in ("max_num_queued_reqs", "max_num_queued_tokens"):
-            self.admission_rejections.labels(model_name=self.labels["model_name"], reason=reason)
+            self.request_success.labels(**lab, finished_reason=reason)
         for family in (self.req_prompt, self.req_generation, self.iteration_tokens, self.req_max_gen, self.req_n,
                        self.req_max_tokens, self.ttft, self.itl, self.tpot, self.e2e, self.queue, self.inference,
                        self.prefill, self.decode, self.req_preemptions, self.req_kv_computed):
-            family.labels(**self.labels)
+            family.labels(**lab)
 
-    def record_step(self, step: StepRecord) -> None:
+    def record_step(self, step: StepRecord, engine: str = "0") -> None:
         """Apply one engine step: gauges are set, counters and per-step histograms advance."""
-        lab = self.labels
+        lab = self._lab(engine)
         self.running.labels(**lab).set(step.num_running)
         self.waiting.labels(**lab).set(step.num_waiting)
         self.waiting_by_reason.labels(**lab, reason="capacity").set(step.num_waiting)
@@ -258,14 +267,13 @@ class VllmMetrics:
         self.prompt_tokens.labels(**lab).inc(step.prompt_tokens)
         self.generation_tokens.labels(**lab).inc(step.generation_tokens)
         self.preemptions.labels(**lab).inc(step.preemptions)
-        self._record_prefix(step.prefix_queries_tokens, step.prefix_hits_tokens)
+        self._record_prefix(lab, step.prefix_queries_tokens, step.prefix_hits_tokens)
         for ttft_s in step.ttfts_s:
             self.ttft.labels(**lab).observe(ttft_s)
         for itl_s in step.itls_s:
             self.itl.labels(**lab).observe(itl_s)
 
-    def _record_prefix(self, queries: int, hits: int) -> None:
-        lab = self.labels
+    def _record_prefix(self, lab: dict[str, str], queries: int, hits: int) -> None:
         self.prefix_queries.labels(**lab).inc(queries)
         self.prefix_hits.labels(**lab).inc(hits)
         self.prompt_cached.labels(**lab).inc(hits)
@@ -273,9 +281,9 @@ class VllmMetrics:
         self.prompt_by_source.labels(**lab, source="local_cache_hit").inc(hits)
         self.prompt_by_source.labels(**lab, source="local_compute").inc(queries - hits)
 
-    def record_finished(self, done: FinishedRecord) -> None:
+    def record_finished(self, done: FinishedRecord, engine: str = "0") -> None:
         """Per-request histograms and request_success, observed once per finished request."""
-        lab = self.labels
+        lab = self._lab(engine)
         self.request_success.labels(**lab, finished_reason=done.finished_reason).inc()
         self.req_prompt.labels(**lab).observe(done.prompt_tokens)
         self.req_generation.labels(**lab).observe(done.generation_tokens)

@@ -13,7 +13,7 @@ from fake_engines.driver.chat import chat_prompt
 from fake_engines.driver.live import RequestHandle
 from fake_engines.driver.serving import json_body, open_sse, send_event
 from fake_engines.vllm import errors, shapes
-from fake_engines.vllm.app import SERVER_KEY, VllmServer
+from fake_engines.vllm.app import SERVER_KEY, EngineUnit, VllmServer
 from fake_engines.vllm.telemetry import RequestParams
 
 SSE_HEADERS = {"content-type": "text/event-stream; charset=utf-8"}
@@ -97,18 +97,19 @@ def _budget(server: VllmServer, req: GenerationRequest) -> int:
     return room if req.chat else min(COMPLETIONS_DEFAULT_MAX_TOKENS, room)
 
 
-def submit(server: VllmServer, req: GenerationRequest) -> RequestHandle:
-    """Queue the request on the engine; 400 if the core refuses it."""
+def submit(server: VllmServer, req: GenerationRequest) -> tuple[EngineUnit, RequestHandle]:
+    """Queue the request on the least loaded engine; 400 if the core refuses it."""
     budget = _budget(server, req)
     engine_request = EngineRequest(request_id=server.request_id(), prompt_token_ids=req.prompt_ids,
                                    max_tokens=budget, output_len=server.sampler.sample(budget, req.ignore_eos),
                                    lora=req.lora)
+    unit = server.pick_engine()
     try:
-        handle = server.driver.submit(engine_request)
+        handle = unit.driver.submit(engine_request)
     except RequestRejected as exc:
         raise errors.bad_request(exc.message, "input_tokens", exc.n_prompt_tokens) from None
-    server.telemetry.params[engine_request.request_id] = RequestParams(req.max_tokens_param, budget)
-    return handle
+    unit.telemetry.params[engine_request.request_id] = RequestParams(req.max_tokens_param, budget)
+    return unit, handle
 
 
 def _usage(server: VllmServer, handle: RequestHandle, cached: int) -> shapes.Usage:
@@ -122,13 +123,13 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
     if not server.accepting:
         raise errors.VllmError(503, "The server is shutting down.", "ServiceUnavailableError")
     req = parse_generation(server, errors.parse_json_body(await request.read()), chat)
-    handle = submit(server, req)
+    unit, handle = submit(server, req)
     try:
         if req.stream:
             return await _stream(request, server, req, handle)
         return await _collect(server, req, handle)
     except (asyncio.CancelledError, ConnectionResetError):
-        server.driver.abort(handle.request.request_id)  # client went away: free the KV blocks now
+        unit.driver.abort(handle.request.request_id)  # client went away: free the KV blocks now
         raise
 
 

@@ -60,7 +60,7 @@ class RunningVllm:
         if self.runner is not None:
             for site in list(self.runner.sites):
                 await site.stop()
-        await self.server.driver.drain()
+        await self.server.drain()
         await self.close()
 
 

@@ -25,16 +25,17 @@ class RequestParams:
 class VllmTelemetry:
     """A DriverObserver that keeps VllmMetrics in step with the core."""
 
-    def __init__(self, metrics: VllmMetrics, core: EngineCore) -> None:
+    def __init__(self, metrics: VllmMetrics, core: EngineCore, engine: str = "0") -> None:
         self.metrics = metrics
         self.core = core
+        self.engine = engine
         self.params: dict[str, RequestParams] = {}
         self._last = core.stats()
 
     def on_step(self, report: StepReport) -> None:
         """Counters by delta of the core's totals; latencies from the driver's timestamps."""
         stats = self.core.stats()
-        self.metrics.record_step(self._step_record(report, stats))
+        self.metrics.record_step(self._step_record(report, stats), self.engine)
         self._record_lora(stats)
         for out in report.outputs:
             if out.finished and out.request_id in report.handles:
@@ -45,7 +46,7 @@ class VllmTelemetry:
         """vLLM counts the aborted request's tokens already produced but no request_success."""
         self.params.pop(handle.request.request_id, None)
         stats = self.core.stats()
-        self.metrics.record_step(self._delta_record(stats, iteration_tokens=0, ttfts=[], itls=[]))
+        self.metrics.record_step(self._delta_record(stats, iteration_tokens=0, ttfts=[], itls=[]), self.engine)
         self._record_lora(stats)
         self._last = stats
 
@@ -83,4 +84,4 @@ class VllmTelemetry:
             max_num_generation_tokens=params.max_tokens, n_param=params.n, e2e_s=end - times.arrival_s,
             queue_s=scheduled - times.arrival_s, prefill_s=first - scheduled, decode_s=end - first,
             num_preemptions=request.num_preemptions,
-            prefill_computed_tokens=request.num_prompt_tokens - (request.num_cached_tokens or 0)))
+            prefill_computed_tokens=request.num_prompt_tokens - (request.num_cached_tokens or 0)), self.engine)

@@ -194,3 +194,19 @@ async def test_api_key_guards_the_v1_routes_only(served):
             assert resp.status == 200
         async with session.get(base + "/health") as resp:
             assert resp.status == 200
+
+
+async def test_data_parallel_engines_share_the_load_and_label_their_series(served):
+    base = await served(_config(data_parallel_size=2, time_scale=0.5))
+    async with aiohttp.ClientSession() as session:
+        tasks = [asyncio.create_task(_complete(session, base, f"{i} hello", 100)) for i in range(4)]
+        busy = set()
+        while not all(t.done() for t in tasks):
+            text = await _metrics(session, base)
+            busy |= {e for e in ("0", "1") if value(text, "vllm:num_requests_running", engine=e) == 2}
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*tasks)
+        text = await _metrics(session, base)
+    assert busy == {"0", "1"}
+    assert [value(text, "vllm:request_success_total", engine=e) for e in ("0", "1")] == [2, 2]
+    assert {lab["engine"] for n, lab, _ in samples(text) if n == "vllm:cache_config_info"} == {"0", "1"}
