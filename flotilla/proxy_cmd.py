@@ -70,10 +70,16 @@ def build_config(args: argparse.Namespace):  # -> ProxyConfig, imported lazily w
     )
 
 
-async def serve(config) -> None:
+async def serve(config, autoscale=None) -> None:
     from proxy.app import start_proxy
 
-    running = await start_proxy(config)
+    extend = None
+    if autoscale is not None:
+        from proxy.autoscale.setup import attach
+
+        def extend(app):
+            attach(app, autoscale)
+    running = await start_proxy(config, extend=extend)
     print(f"flotilla proxy listening on {running.url} ({len(config.backends)} backends, "
           f"policy {config.policy})", flush=True)
     stop = asyncio.Event()
@@ -84,6 +90,15 @@ async def serve(config) -> None:
         await stop.wait()
     finally:
         await running.close()
+
+
+def autoscale_config(args: argparse.Namespace):
+    """The autoscaler the fleet file's `autoscaler:` section asks for (see proxy/autoscale), or None."""
+    if args.config is None:
+        return None
+    from proxy.autoscale.config import config_from_args
+
+    return config_from_args(args)
 
 
 def _loop_factory():
@@ -104,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = build_config(args)
         create_policy(config.policy, random.Random())  # a bad spec fails here, with the valid names
+        autoscale = autoscale_config(args)
     except (ConfigError, OSError, ValueError) as exc:
         print(f"flotilla proxy: {exc}", file=sys.stderr)
         return 2
@@ -111,5 +127,5 @@ def run(args: argparse.Namespace) -> int:
         print("flotilla proxy: give at least one --backend URL or --config fleet.yaml", file=sys.stderr)
         return 2
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(serve(config))
+        runner.run(serve(config, autoscale))
     return 0

@@ -8,6 +8,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -233,9 +234,14 @@ class RunningProxy:
 
 
 async def start_proxy(config: ProxyConfig, policy: RoutingPolicy | None = None,
-                      rng: random.Random | None = None) -> RunningProxy:
-    """Build and serve the proxy on config.host:config.port (port 0: any free port)."""
+                      rng: random.Random | None = None,
+                      extend: Callable[[web.Application], object] | None = None) -> RunningProxy:
+    """Build and serve the proxy on config.host:config.port (port 0: any free port).
+
+    `extend(app)` runs before the app starts: the place to attach the autoscaler."""
     app = build_app(config, policy, rng)
+    if extend is not None:
+        extend(app)
     # handler_cancellation: a client that goes away cancels its handler at once, which closes
     # the upstream connection, which makes the engine abort the request.
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
