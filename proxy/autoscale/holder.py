@@ -56,13 +56,16 @@ class Holder:
 
     def __init__(self, pool: BackendPool, settings: HoldSettings | None = None,
                  on_wait: Callable[[], None] = lambda: None,
-                 seconds_until_ready: Callable[[], float] = lambda: 60.0) -> None:
+                 seconds_until_ready: Callable[[], float] = lambda: 60.0,
+                 on_reject: Callable[[], None] = lambda: None) -> None:
         self.pool = pool
         self.settings = settings or HoldSettings()
         self.on_wait = on_wait
         """Called when a request starts waiting (the autoscaler starts a replica)."""
         self.seconds_until_ready = seconds_until_ready
         """Real seconds until a replica should be ready; the basis of Retry-After."""
+        self.on_reject = on_reject
+        """Called for each request turned away at a bound (a metric counts them)."""
         self.held = 0
         self.rejected = 0
 
@@ -76,7 +79,7 @@ class Holder:
         if self.has_ready():
             return True
         if self.held >= self.settings.max_requests:
-            self.rejected += 1
+            self._reject()
             return False
         self.held += 1
         try:
@@ -92,13 +95,17 @@ class Holder:
         while not self.has_ready():
             now = loop.time()
             if now - start >= self.settings.max_wait_s:
-                self.rejected += 1
+                self._reject()
                 return False
             if keepalive is not None and now >= next_keepalive:
                 next_keepalive = now + self.settings.keepalive_s
                 await keepalive()
             await asyncio.sleep(self.settings.poll_s)
         return True
+
+    def _reject(self) -> None:
+        self.rejected += 1
+        self.on_reject()
 
     def retry_after_s(self) -> int:
         return max(1, math.ceil(self.seconds_until_ready()))

@@ -129,9 +129,11 @@ def attach(app: web.Application, config: AutoscaleConfig, pool: BackendPool | No
     policy = build_policy(config)
     metrics = AutoscalerMetrics(proxy.metrics.registry, policy.name)
     arrivals = ArrivalCounter()
-    runtime = AutoscaleRuntime(config, policy, pool, metrics, arrivals, holder=None)  # type: ignore[arg-type]
-    runtime.holder = Holder(pool, config.hold, on_wait=runtime.request_replica,
-                            seconds_until_ready=runtime.seconds_until_ready)
+    holder = Holder(pool, config.hold, on_reject=metrics.hold_rejections.inc)
+    runtime = AutoscaleRuntime(config, policy, pool, metrics, arrivals, holder)
+    # The holder asks the loop, which exists only once the app starts, through the runtime.
+    holder.on_wait, holder.seconds_until_ready = runtime.request_replica, runtime.seconds_until_ready
+    metrics.held.set_function(lambda: holder.held)
 
     def arrive() -> None:
         arrivals.arrive()

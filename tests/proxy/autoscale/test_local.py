@@ -98,6 +98,8 @@ async def test_a_replica_that_exits_on_its_own_is_reported():
 async def test_replica_output_goes_to_its_log_file(tmp_path):
     actuator = LocalActuator(["sh", "-c", 'echo "listening on $4"', "sh"], log_dir=tmp_path)
     handle = await actuator.start_replica()
+    while not await actuator.exited():  # the command ends on its own once it wrote its line
+        await asyncio.sleep(0.02)
     await actuator.shutdown()
     port = handle.url.rsplit(":", 1)[1]
     assert (tmp_path / f"{handle.replica_id}.log").read_text() == f"listening on {port}\n"
