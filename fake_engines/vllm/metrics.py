@@ -10,7 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from prometheus_client import CONTENT_TYPE_LATEST as METRICS_CONTENT_TYPE  # noqa: F401 (re-export)
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 
 ENGINE_LABELS = ("model_name", "engine")
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
@@ -109,11 +118,15 @@ class FinishedRecord:
 
 
 class VllmMetrics:
-    """The vllm:* families on a private registry (no process/python collectors)."""
+    """The vllm:* families on a private registry, after the process_* and python_* families."""
 
     def __init__(self, model_name: str, max_model_len: int, cache_config: dict[str, str],
                  max_loras: int | None = None, engines: tuple[str, ...] = ("0",)) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        # vLLM's scrape starts with prometheus_client's default process and python families.
+        GCCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        ProcessCollector(registry=self.registry)
         self.model_name = model_name
         self.engines = engines
         self.max_loras = max_loras

@@ -79,3 +79,9 @@ def test_step_and_finish_records_move_the_counters_vllm_moves():
     length = "[('engine', '0'), ('finished_reason', 'length'), ('model_name', 'tiny-llama')]"
     assert fams["vllm:request_success_total" + length] == 1
     assert fams["vllm:request_time_per_output_token_seconds_sum" + base] == pytest.approx(0.7 / 7)
+
+
+def test_families_come_in_the_captured_order_after_python_and_process():
+    real = [f.name for f in text_string_to_metric_families(_capture_body(CAPTURE)) if not f.name.startswith("http_")]
+    ours = [f.name for f in text_string_to_metric_families(_ours().render().decode())]
+    assert ours == real
