@@ -213,3 +213,43 @@ async def test_metrics_and_slots_answer_501_when_disabled():
                     assert resp.status == 501 and (await resp.json())["error"]["type"] == "not_supported_error"
     finally:
         await running.close()
+
+
+async def test_busy_slots_show_the_captured_fields_and_the_task_progress():
+    running, base = await _served(_config(time_scale=0.5))
+    capture = json.loads((CAPTURES / "slow-model" / "022_concurrency_stream_slots_during_load.http").read_text()
+                         .split("\n\n", 1)[1])
+    try:
+        async with aiohttp.ClientSession() as session:
+            body = {"prompt": "hello there", "max_tokens": 100, "ignore_eos": True}
+            tasks = [asyncio.create_task(_complete(session, base, body)) for _ in range(2)]
+            slots = []
+            while not all(s.get("is_processing") for s in slots) or len(slots) < 2:
+                async with session.get(base + "/slots") as resp:
+                    slots = await resp.json()
+            await asyncio.gather(*tasks)
+    finally:
+        await running.close()
+    assert [set(s) for s in slots] == [set(s) for s in capture]
+    assert all(s["next_token"][0]["n_decoded"] + s["next_token"][0]["n_remain"] == 100 for s in slots)
+    assert all(s["n_prompt_tokens"] == 3 for s in slots)
+
+
+async def test_api_key_and_lora_adapter_scales(tmp_path):
+    config = _config(api_key="k", loras=[(str(tmp_path / "a.gguf"), 1.0)])
+    running, base = await _served(config)
+    auth = {"Authorization": "Bearer k"}
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(base + "/lora-adapters") as resp:
+                assert resp.status == 401 and (await resp.json())["error"]["type"] == "authentication_error"
+            async with session.get(base + "/health") as resp:
+                assert resp.status == 200
+            async with session.post(base + "/lora-adapters", json=[{"id": 0, "scale": 0.5}], headers=auth) as resp:
+                assert await resp.json() == {"success": True}
+            async with session.get(base + "/lora-adapters", headers=auth) as resp:
+                adapters = await resp.json()
+    finally:
+        await running.close()
+    assert adapters == [{"id": 0, "path": str(tmp_path / "a.gguf"), "scale": 0.5, "task_name": "",
+                         "prompt_prefix": ""}]
