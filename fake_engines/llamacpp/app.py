@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from fake_engines.core import OutputLengthSampler, SlotState, decode, encode
-from fake_engines.driver.chat import CHATML_TEMPLATE
+from fake_engines.driver.chat import CHATML_TEMPLATE, chat_prompt
 from fake_engines.driver.live import LiveDriver
 from fake_engines.driver.serving import json_body
 from fake_engines.llamacpp import engine
@@ -93,6 +93,7 @@ def create_app(config: LlamaServerConfig) -> web.Application:
         app.router.add_post(path, routes.chat_completions)
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/detokenize", detokenize)
+    app.router.add_post("/apply-template", apply_template)
     app.router.add_get("/lora-adapters", lora_adapters)
     app.router.add_post("/lora-adapters", set_lora_adapters)
     app.on_startup.append(_start_driver)
@@ -208,11 +209,19 @@ async def models(request: web.Request) -> web.Response:
 async def tokenize(request: web.Request) -> web.Response:
     """{"tokens": [...]}; with_pieces adds each token's text."""
     body = parse_json(await request.read())
-    content = body.get("content", body.get("prompt", ""))
+    content = body.get("content", "")  # llama-server reads only `content`: {"prompt": ...} gives no tokens
     tokens = encode(content) if isinstance(content, str) else []
     if body.get("with_pieces"):
         return json_body({"tokens": [{"id": t, "piece": decode([t])} for t in tokens]})
     return json_body({"tokens": tokens})
+
+
+async def apply_template(request: web.Request) -> web.Response:
+    """The chat template applied to `messages`, with the generation prompt."""
+    body = parse_json(await request.read())
+    if not isinstance(body.get("messages"), list):
+        raise LlamaError(400, "Expected 'messages' to be an array")
+    return json_body({"prompt": chat_prompt(body["messages"])})
 
 
 async def detokenize(request: web.Request) -> web.Response:

@@ -253,3 +253,11 @@ async def test_api_key_and_lora_adapter_scales(tmp_path):
         await running.close()
     assert adapters == [{"id": 0, "path": str(tmp_path / "a.gguf"), "scale": 0.5, "task_name": "",
                          "prompt_prefix": ""}]
+
+
+@pytest.mark.parametrize("name", ["013_apply_template", "011_tokenize_openai_style_prompt_field"])
+def test_template_and_tokenize_answer_as_captured(engine, name):
+    raw = (CAPTURES / f"{name}.req.json").read_text()
+    expected = json.loads((CAPTURES / f"{name}.http").read_text().split("\n\n", 1)[1])
+    path = "/apply-template" if "template" in name else "/tokenize"
+    assert _post(engine.base_url, path, raw.encode()) == (200, expected)
