@@ -16,6 +16,9 @@ from proxy.breaker import CircuitBreaker, CircuitState
 from proxy.config import BackendSpec, BreakerConfig
 from proxy.engine_metrics import LoadSample
 
+AGE_RESOLUTION_S = 0.01
+"""Metrics ages in cached views are exact to this; policies judge staleness in tenths of seconds."""
+
 
 @dataclass
 class Reservation:
@@ -57,6 +60,8 @@ class Backend:
     scrape_ok: bool = False
     _models_key: tuple = field(default=(), repr=False)
     _models: frozenset[str] = field(default=frozenset(), repr=False)
+    _view_key: tuple = field(default=(), repr=False)
+    _view: BackendView | None = field(default=None, repr=False)
 
     @property
     def url(self) -> str:
@@ -83,8 +88,17 @@ class Backend:
         return self.state is BackendState.EJECTED and self.breaker.allows_request(now_s)
 
     def view(self, index: int, now_s: float) -> BackendView:
-        s = self.sample
+        """This backend as policies see it. A view is rebuilt only when something in it changed
+        (metrics age counts in AGE_RESOLUTION_S steps): a request changes one backend, not all."""
         unseen_requests, unseen_tokens = self.unseen_requests, self.unseen_tokens
+        key = (index, self.state, self.spec, self.models, self.in_flight, self.in_flight_tokens, self.prefill_tokens,
+               unseen_requests, unseen_tokens, self.sample, self.sample_time_s, int(now_s / AGE_RESOLUTION_S))
+        if key != self._view_key:
+            self._view_key, self._view = key, self._build_view(index, now_s, unseen_requests, unseen_tokens)
+        return self._view
+
+    def _build_view(self, index: int, now_s: float, unseen_requests: int, unseen_tokens: int) -> BackendView:
+        s = self.sample
         capacity = s.cache_capacity_tokens if s else None
         kv = s.kv_cache_usage if s else None
         if kv is not None and capacity:

@@ -72,3 +72,15 @@ def test_model_filter_keeps_backends_that_serve_it_or_say_nothing() -> None:
     assert not pool.is_unknown_model("m3")  # c might serve it
     pool.backends[2].discovered_models = frozenset({"m1"})
     assert pool.is_unknown_model("m3")
+
+
+def test_views_are_rebuilt_only_for_backends_that_changed() -> None:
+    pool = ready_pool("http://a:1", "http://b:1")
+    a0, b0 = pool.views(1.0)
+    pool.reserve(pool.backends[0], 5)
+    a1, b1 = pool.views(1.001)
+    assert b1 is b0 and a1 is not a0 and a1.in_flight == 1
+    pool.record_scrape(pool.backends[1], LoadSample(num_requests_waiting=1.0), pool.begin_scrape(pool.backends[1]),
+                       sent_at_s=1.0)
+    assert pool.views(1.002)[1].num_requests_waiting == 1.0
+    assert pool.views(1.5)[1].metrics_age_s == 0.5  # ages move on even when nothing else does
