@@ -25,8 +25,9 @@ def test_wall_times_are_divided_by_the_time_scale_and_backends_become_indices():
     assert out.itl_s == pytest.approx([0.1, 0.2]) and rec.ttft_s == 0.02  # the client's record is untouched
 
 
-async def test_a_live_replay_matches_the_simulated_one_in_routing_and_tokens_and_is_never_faster():
-    spec = FleetSpec(engines=2, policy="round-robin", time_scale=0.2)
+@pytest.mark.parametrize("flavor", ["vllm", "llamacpp"])
+async def test_a_live_replay_matches_the_simulated_one_in_routing_and_tokens_and_is_never_faster(flavor):
+    spec = FleetSpec(engines=2, flavor=flavor, policy="round-robin", time_scale=0.2)
     fleet = await LiveFleet.start(spec)
     try:
         live = await fleet.replay(REQUESTS)
