@@ -89,8 +89,8 @@ class FinishedRecord:
     """The request's max_tokens, None when the client did not set it."""
     max_num_generation_tokens: int
     """The output budget the engine applied (max_tokens or what the context leaves)."""
-    n_param: int
-    """The request's n."""
+    n_param: int | None
+    """The request's n on its first sample; None on the other samples (observed once per request)."""
     e2e_s: float
     """Arrival to finish."""
     queue_s: float
@@ -300,8 +300,9 @@ class VllmMetrics:
         self.request_success.labels(**lab, finished_reason=done.finished_reason).inc()
         self.req_prompt.labels(**lab).observe(done.prompt_tokens)
         self.req_generation.labels(**lab).observe(done.generation_tokens)
-        self.req_max_gen.labels(**lab).observe(done.max_num_generation_tokens)
-        self.req_n.labels(**lab).observe(done.n_param)
+        if done.n_param is not None:
+            self.req_max_gen.labels(**lab).observe(done.max_num_generation_tokens)
+            self.req_n.labels(**lab).observe(done.n_param)
         if done.max_tokens_param is not None:
             self.req_max_tokens.labels(**lab).observe(done.max_tokens_param)
         self.tpot.labels(**lab).observe(done.time_per_output_token_s)

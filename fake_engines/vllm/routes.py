@@ -1,14 +1,19 @@
-"""/v1/completions and /v1/chat/completions: parse, hand to the driver, format (stream or not)."""
+"""/v1/completions and /v1/chat/completions: parse, hand to the engines, format (stream or not).
+
+A request with `n` > 1 or a list of prompts becomes one engine request per choice, as in vLLM
+(choice index = prompt index x n + sample index); their outputs are merged into one response.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from aiohttp import web
 
-from fake_engines.core import EngineRequest, RequestRejected, decode, encode
+from fake_engines.core import EngineRequest, RequestOutput, RequestRejected, decode, encode
 from fake_engines.driver.chat import chat_prompt
 from fake_engines.driver.live import RequestHandle
 from fake_engines.driver.serving import json_body, open_sse, send_event
@@ -23,7 +28,7 @@ COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """A validated request, ready for the engine."""
+    """A validated request, ready for the engines."""
 
     chat: bool
     """Chat (True) or text completion."""
@@ -31,8 +36,10 @@ class GenerationRequest:
     """The name the response reports: the served name or the adapter."""
     lora: str | None
     """Adapter name, None for the base model."""
-    prompt_ids: list[int]
-    """Tokenized prompt."""
+    prompts: list[list[int]]
+    """Tokenized prompts (one for chat)."""
+    n: int
+    """Samples per prompt."""
     max_tokens_param: int | None
     """max_tokens as sent."""
     stream: bool
@@ -41,6 +48,18 @@ class GenerationRequest:
     """stream_options.include_usage."""
     ignore_eos: bool
     """Generate exactly max_tokens."""
+
+
+@dataclass
+class Choice:
+    """One engine request serving one choice of the response."""
+
+    index: int
+    """Choice index in the response."""
+    unit: EngineUnit
+    """The data-parallel engine running it."""
+    handle: RequestHandle
+    """Its outputs and milestones."""
 
 
 def _resolve_model(server: VllmServer, body: dict) -> tuple[str, str | None]:
@@ -52,70 +71,95 @@ def _resolve_model(server: VllmServer, body: dict) -> tuple[str, str | None]:
     raise errors.model_not_found(str(name), server.config.model_name)
 
 
-def _prompt_ids(body: dict, chat: bool) -> list[int]:
-    if chat:
-        if "messages" not in body:
-            raise errors.validation_error("missing", "body.messages", "Field required", body)
-        if not isinstance(body["messages"], list):
-            raise errors.validation_error("list_type", "body.messages", "Input should be a valid list",
-                                          body["messages"])
-        return encode(chat_prompt(body["messages"]))
+def _chat_prompt_ids(body: dict) -> list[list[int]]:
+    if "messages" not in body:
+        raise errors.validation_error("missing", "body.messages", "Field required", body)
+    if not isinstance(body["messages"], list):
+        raise errors.validation_error("list_type", "body.messages", "Input should be a valid list", body["messages"])
+    return [encode(chat_prompt(body["messages"]))]
+
+
+def _completion_prompt_ids(body: dict) -> list[list[int]]:
     prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
-        prompt = prompt[0]
-    if isinstance(prompt, str) and prompt:
-        return encode(prompt)
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-        return list(prompt)
-    if isinstance(prompt, list) and len(prompt) > 1:
-        raise errors.bad_request("Only one prompt per request is supported by this look-alike.", "prompt")
-    raise errors.bad_request("Either prompt or prompt_embeds must be provided and non-empty.", "prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        prompt = [prompt]
+    elif isinstance(prompt, str):
+        prompt = [prompt]
+    if not isinstance(prompt, list) or not prompt or any(not p for p in prompt):
+        raise errors.bad_request("Either prompt or prompt_embeds must be provided and non-empty.", "prompt")
+    return [encode(p) if isinstance(p, str) else list(p) for p in prompt]
 
 
 def parse_generation(server: VllmServer, body: dict, chat: bool) -> GenerationRequest:
     """Validate in vLLM's order: schema, model, sampling bounds, then context length."""
     stream = errors.lax_bool(body, "stream")
-    errors.optional_number(body, "temperature")
+    temperature = errors.optional_number(body, "temperature")
     max_tokens = errors.optional_int(body, "max_completion_tokens" if chat and "max_completion_tokens" in body
                                      else "max_tokens")
+    n = errors.optional_int(body, "n") or 1
     options = body.get("stream_options") or {}
     model, lora = _resolve_model(server, body)
-    prompt_ids = _prompt_ids(body, chat)
+    prompts = _chat_prompt_ids(body) if chat else _completion_prompt_ids(body)
     errors.check_max_tokens(max_tokens, server.config.max_model_len)
-    errors.check_temperature(errors.optional_number(body, "temperature"))
-    errors.check_context(len(prompt_ids), max_tokens, server.config.max_model_len)
-    return GenerationRequest(chat=chat, model=model, lora=lora, prompt_ids=prompt_ids, max_tokens_param=max_tokens,
+    errors.check_temperature(temperature)
+    if n < 1:
+        raise errors.bad_request(f"n must be at least 1, got {n}.", "n", n)
+    for ids in prompts:
+        errors.check_context(len(ids), max_tokens, server.config.max_model_len)
+    return GenerationRequest(chat=chat, model=model, lora=lora, prompts=prompts, n=n, max_tokens_param=max_tokens,
                              stream=stream, include_usage=bool(isinstance(options, dict)
                                                                and options.get("include_usage")),
                              ignore_eos=bool(body.get("ignore_eos")))
 
 
-def _budget(server: VllmServer, req: GenerationRequest) -> int:
+def _budget(server: VllmServer, req: GenerationRequest, prompt: list[int]) -> int:
     if req.max_tokens_param is not None:
         return req.max_tokens_param
-    room = server.config.max_model_len - len(req.prompt_ids)
+    room = server.config.max_model_len - len(prompt)
     return room if req.chat else min(COMPLETIONS_DEFAULT_MAX_TOKENS, room)
 
 
-def submit(server: VllmServer, req: GenerationRequest) -> tuple[EngineUnit, RequestHandle]:
-    """Queue the request on the least loaded engine; 400 if the core refuses it."""
-    budget = _budget(server, req)
-    engine_request = EngineRequest(request_id=server.request_id(), prompt_token_ids=req.prompt_ids,
-                                   max_tokens=budget, output_len=server.sampler.sample(budget, req.ignore_eos),
-                                   lora=req.lora)
+def _submit_one(server: VllmServer, req: GenerationRequest, prompt: list[int], first_sample: bool) -> Choice:
+    budget = _budget(server, req, prompt)
+    engine_request = EngineRequest(request_id=server.request_id(), prompt_token_ids=prompt, max_tokens=budget,
+                                   output_len=server.sampler.sample(budget, req.ignore_eos), lora=req.lora)
     unit = server.pick_engine()
     try:
         handle = unit.driver.submit(engine_request)
     except RequestRejected as exc:
         raise errors.bad_request(exc.message, "input_tokens", exc.n_prompt_tokens) from None
-    unit.telemetry.params[engine_request.request_id] = RequestParams(req.max_tokens_param, budget)
-    return unit, handle
+    # vLLM observes n and the generation budget once per parent request, the rest per sample
+    unit.telemetry.params[engine_request.request_id] = RequestParams(req.max_tokens_param, budget, req.n,
+                                                                     first_sample)
+    return Choice(-1, unit, handle)
 
 
-def _usage(server: VllmServer, handle: RequestHandle, cached: int) -> shapes.Usage:
-    request = handle.request
+def submit(server: VllmServer, req: GenerationRequest) -> list[Choice]:
+    """One engine request per choice, each on the least loaded engine at its turn."""
+    choices: list[Choice] = []
+    try:
+        for p, prompt in enumerate(req.prompts):
+            for sample in range(req.n):
+                choice = _submit_one(server, req, prompt, sample == 0)
+                choice.index = p * req.n + sample
+                choices.append(choice)
+    except errors.VllmError:
+        abort(choices)
+        raise
+    return choices
+
+
+def abort(choices: list[Choice]) -> None:
+    """Client gone: free every choice's KV blocks now."""
+    for choice in choices:
+        choice.unit.driver.abort(choice.handle.request.request_id)
+
+
+def _usage(server: VllmServer, req: GenerationRequest, choices: list[Choice], cached: int) -> shapes.Usage:
+    prompt_tokens = sum(len(p) for p in req.prompts)  # each prompt once, however many samples
+    completion_tokens = sum(len(c.handle.request.output_token_ids) for c in choices)
     details = cached if server.config.enable_prompt_tokens_details else None
-    return shapes.Usage(request.num_prompt_tokens, len(request.output_token_ids), details)
+    return shapes.Usage(prompt_tokens, completion_tokens, details)
 
 
 async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
@@ -123,13 +167,13 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
     if not server.accepting:
         raise errors.VllmError(503, "The server is shutting down.", "ServiceUnavailableError")
     req = parse_generation(server, errors.parse_json_body(await request.read()), chat)
-    unit, handle = submit(server, req)
+    choices = submit(server, req)
     try:
         if req.stream:
-            return await _stream(request, server, req, handle)
-        return await _collect(server, req, handle)
+            return await _stream(request, server, req, choices)
+        return await _collect(server, req, choices)
     except (asyncio.CancelledError, ConnectionResetError):
-        unit.driver.abort(handle.request.request_id)  # client went away: free the KV blocks now
+        abort(choices)
         raise
 
 
@@ -143,40 +187,78 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return await _handle(request, chat=True)
 
 
-async def _collect(server: VllmServer, req: GenerationRequest, handle: RequestHandle) -> web.Response:
-    tokens: list[int] = []
-    last = None
-    async for out in handle.outputs():
-        tokens.extend(out.new_token_ids)
-        last = out
-    reason = last.finish_reason.value if last and last.finish_reason else "stop"
-    usage = _usage(server, handle, last.num_cached_tokens if last else 0)
+async def _collect(server: VllmServer, req: GenerationRequest, choices: list[Choice]) -> web.Response:
+    texts, reasons, cached = {}, {}, 0
+    async for index, out in _merged(choices):
+        texts[index] = texts.get(index, "") + decode(list(out.new_token_ids))
+        if out.finished:
+            reasons[index] = out.finish_reason.value if out.finish_reason else "stop"
+            cached += out.num_cached_tokens if index % req.n == 0 else 0
+    usage = _usage(server, req, choices, cached)
     rid, created = shapes.new_id("chatcmpl" if req.chat else "cmpl"), int(time.time())
     build = shapes.chat_body if req.chat else shapes.completion_body
-    return json_body(build(rid, created, req.model, decode(tokens), reason, usage))
+    body = build(rid, created, req.model, texts.get(0, ""), reasons.get(0, "stop"), usage)
+    body["choices"] = [{**body["choices"][0], **_choice_fields(req, texts.get(i, ""), reasons.get(i, "stop")),
+                        "index": i} for i in range(len(choices))]
+    return json_body(body)
+
+
+def _choice_fields(req: GenerationRequest, text: str, reason: str) -> dict:
+    if req.chat:
+        message = {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
+                   "function_call": None, "reasoning": None}
+        return {"message": message, "finish_reason": reason}
+    return {"text": text, "finish_reason": reason}
+
+
+async def _merged(choices: list[Choice]) -> AsyncIterator[tuple[int, RequestOutput]]:
+    """Outputs of every choice as they come, tagged with the choice index."""
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(choice: Choice) -> None:
+        async for out in choice.handle.outputs():
+            queue.put_nowait((choice.index, out))
+
+    tasks = [asyncio.create_task(pump(c)) for c in choices]
+    try:
+        for _ in range(len(choices)):
+            while True:
+                index, out = await queue.get()
+                yield index, out
+                if out.finished:
+                    break
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 async def _stream(request: web.Request, server: VllmServer, req: GenerationRequest,
-                  handle: RequestHandle) -> web.StreamResponse:
+                  choices: list[Choice]) -> web.StreamResponse:
     rid, created = shapes.new_id("chatcmpl" if req.chat else "cmpl"), int(time.time())
     response = await open_sse(request, SSE_HEADERS)
-    sent_role = False
-    last = None
-    async for out in handle.outputs():
-        last = out
+    started: set[int] = set()
+    cached = 0
+    async for index, out in _merged(choices):
         if not out.new_token_ids and not out.finished:
             continue  # a prefill chunk that did not finish the prompt sends nothing
-        if req.chat and not sent_role:
-            await send_event(response, shapes.chat_role_chunk(rid, created, req.model))
-            sent_role = True
-        text = decode(list(out.new_token_ids))
+        if req.chat and index not in started:
+            await send_event(response, _indexed(shapes.chat_role_chunk(rid, created, req.model), index))
+            started.add(index)
         reason = out.finish_reason.value if out.finished and out.finish_reason else None
         chunk = shapes.chat_chunk if req.chat else shapes.completion_chunk
-        await send_event(response, chunk(rid, created, req.model, text, reason))
-    if req.include_usage and last is not None:
+        await send_event(response, _indexed(chunk(rid, created, req.model, decode(list(out.new_token_ids)), reason),
+                                            index))
+        if out.finished and index % req.n == 0:
+            cached += out.num_cached_tokens
+    if req.include_usage:
         obj = "chat.completion.chunk" if req.chat else "text_completion"
-        usage = _usage(server, handle, last.num_cached_tokens)
-        await send_event(response, shapes.usage_chunk(rid, obj, created, req.model, usage))
+        await send_event(response, shapes.usage_chunk(rid, obj, created, req.model,
+                                                      _usage(server, req, choices, cached)))
     await send_event(response, "[DONE]")
     await response.write_eof()
     return response
+
+
+def _indexed(chunk: dict, index: int) -> dict:
+    chunk["choices"][0]["index"] = index
+    return chunk

@@ -20,6 +20,8 @@ class RequestParams:
     """The output budget applied."""
     n: int = 1
     """The n parameter."""
+    parent: bool = True
+    """True for the first sample of a request: n and the budget are observed once per request."""
 
 
 class VllmTelemetry:
@@ -81,7 +83,8 @@ class VllmTelemetry:
         self.metrics.record_finished(FinishedRecord(
             finished_reason=(reason or FinishReason.STOP).value, prompt_tokens=request.num_prompt_tokens,
             generation_tokens=len(request.output_token_ids), max_tokens_param=params.max_tokens_param,
-            max_num_generation_tokens=params.max_tokens, n_param=params.n, e2e_s=end - times.arrival_s,
+            max_num_generation_tokens=params.max_tokens, n_param=params.n if params.parent else None,
+            e2e_s=end - times.arrival_s,
             queue_s=scheduled - times.arrival_s, prefill_s=first - scheduled, decode_s=end - first,
             num_preemptions=request.num_preemptions,
             prefill_computed_tokens=request.num_prompt_tokens - (request.num_cached_tokens or 0)), self.engine)

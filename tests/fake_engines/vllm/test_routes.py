@@ -131,3 +131,30 @@ def test_stream_wrong_type_is_coerced_like_pydantic(engine):
     with urllib.request.urlopen(req, timeout=30) as resp:
         assert resp.headers["content-type"] == "text/event-stream; charset=utf-8"
         assert resp.read().decode().endswith("data: [DONE]\n\n")
+
+
+def test_n_and_prompt_lists_give_one_choice_each_and_usage_as_vllm(engine):
+    before = fetch_text(engine.base_url)
+    status, body = _post(engine.base_url, "/v1/completions", json.dumps(
+        {"model": "tiny-llama", "prompt": ["abcd" * 3, "abcd" * 5], "n": 2, "max_tokens": 4,
+         "ignore_eos": True}).encode())
+    after = fetch_text(engine.base_url)
+    assert status == 200 and [c["index"] for c in body["choices"]] == [0, 1, 2, 3]
+    assert all(c["finish_reason"] == "length" and c["text"] for c in body["choices"])
+    assert body["usage"] == {"prompt_tokens": 8, "total_tokens": 24, "completion_tokens": 16,
+                             "prompt_tokens_details": None, "completion_tokens_details": None}
+    # vLLM counts every sample's prompt in the counters, but n once per request
+    assert value(after, "vllm:prompt_tokens_total") - value(before, "vllm:prompt_tokens_total") == 16
+    assert value(after, "vllm:request_params_n_count") - value(before, "vllm:request_params_n_count") == 2
+    assert value(after, "vllm:request_prompt_tokens_count") - value(before, "vllm:request_prompt_tokens_count") == 4
+
+
+def test_streamed_chat_with_n_2_sends_a_role_chunk_and_a_finish_per_choice(engine):
+    client = openai.OpenAI(base_url=engine.base_url + "/v1", api_key="x")
+    chunks = list(client.chat.completions.create(model="tiny-llama", messages=[{"role": "user", "content": "hi"}],
+                                                 n=2, max_tokens=3, stream=True, stream_options={"include_usage": True},
+                                                 extra_body={"ignore_eos": True}))
+    roles = [c.choices[0].index for c in chunks if c.choices and c.choices[0].delta.role == "assistant"]
+    finished = [c.choices[0].index for c in chunks if c.choices and c.choices[0].finish_reason == "length"]
+    assert sorted(roles) == [0, 1] and sorted(finished) == [0, 1]
+    assert chunks[-1].usage.completion_tokens == 6
