@@ -56,12 +56,13 @@ class EngineSpec:
 def replica_factory(spec: EngineSpec, seed: int = 0) -> ReplicaFactory:
     if spec.kind == "fixed":
         return FixedReplica
-    from fake_engines.perf.step_time import step_time_s
+    from fake_engines.perf.step_time import decode_run_s, step_time_s
 
     cat = load_catalogue(spec.catalogue_files)
     model, gpu = cat.model(spec.model), cat.gpu(spec.gpu)
     link = cat.link(spec.layout.link)
     step_time = functools.partial(step_time_s, model, gpu, layout=spec.layout, link=link)
+    run_time = functools.partial(decode_run_s, model, gpu, layout=spec.layout, link=link)
 
     def make(index: int, listener: Listener) -> CoreReplica:
         if spec.kind == "vllm":
@@ -74,7 +75,9 @@ def replica_factory(spec: EngineSpec, seed: int = 0) -> ReplicaFactory:
             core: Any = VllmScheduler(cfg)
         else:
             core = LlamaCppScheduler(LlamaCppSchedulerConfig(seed=seed + index, **spec.scheduler))
-        return CoreReplica(index, core, step_time, listener)
+        # decode runs need the fleet's event queue, to land mid-run reads on the right instant
+        return CoreReplica(index, core, step_time, listener, queue=getattr(listener, "queue", None),
+                           decode_run_time=run_time)
 
     return make
 

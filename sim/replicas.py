@@ -8,14 +8,15 @@ queueing what-ifs such as the seed lesson's Example 9. Both report progress thro
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from fake_engines.core import EngineCore, EngineRequest, RequestOutput, ScheduledStep
 from fake_engines.perf.batch import StepBatch
-from sim.events import Event, Phase, instant
+from sim.events import Event, EventQueue, Phase, instant
 
 
 @dataclass
@@ -82,12 +83,31 @@ class FixedReplica:
 
 
 StepTime = Callable[[StepBatch], float]
+DecodeRunTime = Callable[[StepBatch, int, int], list[float]]
+"""(first batch, context tokens added per step, steps) -> each step's seconds."""
+
+
+@dataclass
+class _DecodeRun:
+    """Identical decode steps in flight as one event; applied to the core when they end or
+    when someone looks at the replica before then."""
+
+    end_s: list[float]
+    """Virtual end of each step, on the event queue's nanosecond grid."""
+    jobs: list[SimJob]
+    """The decoding requests, in scheduling order."""
 
 
 class CoreReplica:
-    """The real engine core, stepped whenever it has work; each step lasts `step_time(batch)`."""
+    """The real engine core, stepped whenever it has work; each step lasts `step_time(batch)`.
 
-    def __init__(self, index: int, core: EngineCore, step_time: StepTime, listener: Listener) -> None:
+    With `queue` and `decode_run_time`, a stretch of identical decode-only steps (see the core's
+    `decode_run_length`) becomes one event; submitting or reading metrics before it ends first
+    applies the steps finished by then and turns the one under way into an ordinary step, so
+    everything observed is as if the steps had run one event each."""
+
+    def __init__(self, index: int, core: EngineCore, step_time: StepTime, listener: Listener,
+                 queue: EventQueue | None = None, decode_run_time: DecodeRunTime | None = None) -> None:
         self.index = index
         self.core = core
         self.step_time = step_time
@@ -96,14 +116,20 @@ class CoreReplica:
         self.in_flight_steps = 0
         self.next_launch_s = 0.0  # with pipeline parallelism, when stage 0 is free again
         self.launch_pending = False
+        self.queue = queue
+        self.decode_run_time = decode_run_time
+        self.runs = queue is not None and decode_run_time is not None and core.max_concurrent_batches == 1 \
+            and hasattr(core, "decode_run_length")
+        self._run: _DecodeRun | None = None
 
     def submit(self, job: SimJob, now_s: float) -> list[Event]:
+        events = self._interrupt_run(now_s)
         req_id = str(job.index)
         self.jobs[req_id] = job
         self.core.add_request(EngineRequest(
             request_id=req_id, prompt_token_ids=job.prompt_token_ids, max_tokens=job.output_len,
             output_len=job.output_len, lora=job.lora, arrival_s=job.arrival_s))
-        return self._launch(now_s)
+        return events + self._launch(now_s)
 
     def _launch(self, now_s: float) -> list[Event]:
         """Start as many steps as the pipeline allows; returns their completion events."""
@@ -115,6 +141,8 @@ class CoreReplica:
             return [Event(self.next_launch_s, Phase.COMPLETION, self._retry_launch)]
         if self.in_flight_steps >= self.core.max_concurrent_batches:
             return events
+        if self.runs and (run_events := self._start_run(now_s)):
+            return run_events
         step = self.core.schedule()
         if step is None:
             return events
@@ -125,6 +153,53 @@ class CoreReplica:
         if self.core.max_concurrent_batches > 1:
             events.extend(self._launch(now_s))
         return events
+
+    # -- decode runs ------------------------------------------------------------------------
+
+    def _start_run(self, now_s: float) -> list[Event]:
+        core: Any = self.core
+        num_steps = core.decode_run_length()
+        if num_steps < 2:
+            return []
+        assert self.decode_run_time is not None
+        first, context_step = core.decode_run_batch()
+        end_s, t = [], now_s
+        for duration_s in self.decode_run_time(first, context_step, num_steps):
+            t = instant(t + duration_s)  # the grid a step-by-step run lands on
+            end_s.append(t)
+        run = self._run = _DecodeRun(end_s, [self.jobs[r.request_id] for r in core.running])
+        self.in_flight_steps += 1
+        self.next_launch_s = end_s[-1]
+        return [Event(end_s[-1], Phase.COMPLETION, lambda t: self._finish_run(run, t))]
+
+    def _apply_run_steps(self, run: _DecodeRun, num_steps: int) -> None:
+        core: Any = self.core
+        core.apply_decode_steps(num_steps)
+        for job in run.jobs:
+            for end_s in run.end_s[:num_steps]:
+                self.listener.on_token(job, end_s, first=False)
+
+    def _finish_run(self, run: _DecodeRun, now_s: float) -> list[Event]:
+        if run is not self._run:
+            return []  # interrupted: its steps were applied and the one under way rescheduled
+        self._run = None
+        self._apply_run_steps(run, len(run.end_s) - 1)
+        step = self.core.schedule()
+        assert step is not None
+        return self._finish(step, now_s)
+
+    def _interrupt_run(self, now_s: float) -> list[Event]:
+        """Apply the run's steps that ended by `now_s`; the one under way becomes an ordinary step."""
+        run = self._run
+        if run is None:
+            return []
+        self._run = None
+        done = bisect.bisect_right(run.end_s, now_s)
+        self._apply_run_steps(run, done)
+        step = self.core.schedule()
+        assert step is not None
+        self.next_launch_s = end_s = run.end_s[done]
+        return [Event(end_s, Phase.COMPLETION, lambda t: self._finish(step, t))]
 
     def _retry_launch(self, now_s: float) -> list[Event]:
         self.launch_pending = False
@@ -148,5 +223,8 @@ class CoreReplica:
                                     out.num_output_tokens)
 
     def metrics(self) -> ReplicaMetrics:
+        if self._run is not None and self.queue is not None:
+            # reading state mid-run: the event loop is at the reader's instant
+            self.queue.extend(self._interrupt_run(self.queue.now_s))
         s = self.core.stats()
         return ReplicaMetrics(s.num_running, s.num_waiting, s.kv_cache_usage)

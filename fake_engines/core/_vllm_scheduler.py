@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections import deque
 
+from fake_engines.core import _decode_run
 from fake_engines.core._config import VllmSchedulerConfig
 from fake_engines.core._generator import token_stream
 from fake_engines.core._kv_cache_manager import KVCacheManager
@@ -18,6 +19,7 @@ from fake_engines.core._request import (
     SchedulerStats,
 )
 from fake_engines.core._step_builder import StepBuilder, is_decode
+from fake_engines.perf.batch import StepBatch
 
 
 def check_context(request: EngineRequest, max_model_len: int) -> None:
@@ -241,6 +243,20 @@ class VllmScheduler:
             del self.requests[request.request_id]
             del self._streams[request.request_id]
         return output
+
+    def decode_run_length(self) -> int:
+        """Steps from the next `schedule()` that decode the same requests, none finishing before
+        the last, if nothing is added or aborted (0 when the next step is not such a step)."""
+        return _decode_run.decode_run_length(self)
+
+    def decode_run_batch(self) -> tuple[StepBatch, int]:
+        """The next decode run's first batch and the context tokens each later step adds."""
+        return _decode_run.decode_run_batch(self)
+
+    def apply_decode_steps(self, num_steps: int) -> None:
+        """Apply the next `num_steps` steps at once, exactly as schedule() and finish_step() would;
+        only for fewer steps than `decode_run_length()`, so none finishes a request."""
+        _decode_run.apply_decode_steps(self, num_steps)
 
     def stats(self) -> SchedulerStats:
         """Gauges and counters as of now."""

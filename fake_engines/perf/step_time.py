@@ -11,7 +11,11 @@ FLOPs and layer count.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
 
 from fake_engines.perf.allreduce import pass_traffic
 from fake_engines.perf.batch import Layout, StepBatch
@@ -100,6 +104,15 @@ def _builtin_catalogue():
     return load_catalogue()
 
 
+def _smooth_max(mem_s: Any, comp_s: Any) -> Any:
+    """(mem^p + comp^p)^(1/p) of floats or numpy arrays."""
+    p = ROOFLINE_SHARPNESS
+    if p == 2.0:  # products and sqrt round exactly, so scalar and vectorised results agree bit for bit
+        squares = mem_s * mem_s + comp_s * comp_s
+        return math.sqrt(squares) if isinstance(squares, float) else np.sqrt(squares)
+    return (mem_s ** p + comp_s ** p) ** (1 / p)
+
+
 def roofline_s(work: DeviceWork, device: GpuSpec, eager: bool = False) -> float:
     """Smooth roofline of reads against arithmetic, each side paying the per-layer overhead;
     an eager step also waits for its kernel launches."""
@@ -107,8 +120,7 @@ def roofline_s(work: DeviceWork, device: GpuSpec, eager: bool = False) -> float:
     overhead = fixed + GRAPH_OVERHEAD_PER_LAYER_S * work.layers
     mem = (work.weight_bytes + work.kv_bytes) / (device.bandwidth_bytes_s * ACHIEVED_BANDWIDTH_SHARE)
     comp = work.flops / (device.flops_s * ACHIEVED_FLOP_SHARE)
-    p = ROOFLINE_SHARPNESS
-    gpu_s = ((overhead + mem) ** p + (overhead + comp) ** p) ** (1 / p)
+    gpu_s = _smooth_max(overhead + mem, overhead + comp)
     return max(gpu_s, fixed + EAGER_LAUNCH_PER_LAYER_S * work.layers) if eager else gpu_s
 
 
@@ -229,3 +241,37 @@ def prefill_batch(prompts: int, prompt_tokens: int) -> StepBatch:
     """A step prefilling ``prompts`` fresh prompts of ``prompt_tokens`` each (causal attention)."""
     pairs = prompts * prompt_tokens * (prompt_tokens + 1) // 2
     return StepBatch(prefill_tokens=prompts * prompt_tokens, prefill_attended_tokens=pairs)
+
+
+def _plain(model: ModelSpec, layout: Layout) -> bool:
+    """One dense model on one GPU: no interconnect term, so decode steps take the closed form."""
+    return (not model.is_moe and layout.tp == 1 and layout.pp == 1 and layout.dp == 1
+            and layout.gpu_layer_fraction >= 1.0)
+
+
+def decode_run_s(model: ModelSpec, gpu: GpuSpec, first: StepBatch, context_step: int, num_steps: int,
+                 layout: Layout = ONE_GPU, link: LinkSpec | None = None, dtype_bytes: int = 2,
+                 expert_imbalance: float = 1.0) -> list[float]:
+    """`step_time_s` of `num_steps` decode steps, the i-th holding `i * context_step` more context
+    tokens than `first`, bit for bit; one vectorised pass in the common single-GPU case."""
+    if first.prefill_tokens or not _plain(model, layout):
+        return [step_time_s(model, gpu, replace(first, decode_context_tokens=first.decode_context_tokens
+                                                 + i * context_step), layout, link, dtype_bytes, expert_imbalance)
+                for i in range(num_steps)]
+    _check(first, layout)
+    ctx = first.decode_context_tokens + context_step * np.arange(num_steps, dtype=np.int64)
+    return _decode_roofline_s(model, gpu, first.tokens, ctx, dtype_bytes).tolist()
+
+
+def _decode_roofline_s(model: ModelSpec, gpu: GpuSpec, tokens: int, ctx: np.ndarray, dtype_bytes: int) -> np.ndarray:
+    # the same operations, in the same order, as device_work and roofline_s with tp = pp = 1
+    dense_params = model.params - model.expert_params - model.embedding_params
+    flops = 2.0 * dense_params * tokens / 1 + 4.0 * model.layers * model.heads * model.head_dim * ctx / 1
+    weight_bytes = dense_params * dtype_bytes / 1
+    kv_bytes = model.kv_bytes_per_token(dtype_bytes) * ctx * _kv_share(model, 1)
+    layers = model.layers * 1.0
+    fixed = FIXED_OVERHEAD_S * (layers > 0)
+    overhead = fixed + GRAPH_OVERHEAD_PER_LAYER_S * layers
+    mem = (weight_bytes * 1.0 + kv_bytes * 1.0) / (gpu.bandwidth_bytes_s * ACHIEVED_BANDWIDTH_SHARE)
+    comp = flops * 1.0 / (gpu.flops_s * ACHIEVED_FLOP_SHARE)
+    return _smooth_max(overhead + mem, overhead + comp)

@@ -9,6 +9,7 @@ from fake_engines.perf.batch import Layout, StepBatch
 from fake_engines.perf.catalogue import load_catalogue
 from fake_engines.perf.step_time import (
     decode_batch,
+    decode_run_s,
     pipeline_step_interval_s,
     prefill_batch,
     step_breakdown,
@@ -102,3 +103,15 @@ def test_bad_layout_is_refused_naming_the_field():
         step_time_s(LLAMA_8B, H200, StepBatch(decode_seqs=1), Layout(tp=0))
     with pytest.raises(ValueError, match="gpu_layer_fraction"):
         step_time_s(LLAMA_8B, H200, StepBatch(decode_seqs=1), Layout(gpu_layer_fraction=1.5))
+
+
+@pytest.mark.parametrize("layout", [Layout(), Layout(tp=2), Layout(pp=2)])
+def test_decode_run_times_equal_step_time_bit_for_bit(layout: Layout) -> None:
+    cat = load_catalogue()
+    for model_name, gpu_name in (("llama-3.1-8b", "h100"), ("llama-3.1-70b", "h200")):
+        model, gpu = cat.model(model_name), cat.gpu(gpu_name)
+        for seqs, ctx in ((1, 17), (37, 37 * 900), (256, 256 * 4000)):
+            first = StepBatch(decode_seqs=seqs, decode_context_tokens=ctx, lora_adapters=1)
+            times = decode_run_s(model, gpu, first, seqs, 40, layout)
+            assert times == [step_time_s(model, gpu, StepBatch(decode_seqs=seqs, decode_context_tokens=ctx + i * seqs,
+                                                               lora_adapters=1), layout) for i in range(40)]
