@@ -20,10 +20,31 @@ from pathlib import Path
 
 import yaml
 
-from proxy.autoscale.holder import HoldSettings
+from policies.scaling import create_policy
 from proxy.config import FLAVORS, ConfigError
 
 ACTUATORS = ("local", "docker", "kubernetes")
+
+
+@dataclass
+class HoldSettings:
+    """Bounds on holding requests; seconds are real (what the client waits)."""
+
+    max_requests: int = 256
+    """Requests held at once; one more is answered 503 at once."""
+    max_wait_s: float = 600.0
+    """Longest a request is held before a 503."""
+    keepalive_s: float = 10.0
+    """Seconds between SSE comment lines to a held stream (the first comes after this long)."""
+    poll_s: float = 0.05
+    """How often a held request looks for a ready backend."""
+
+    def __post_init__(self) -> None:
+        if self.max_requests < 0:
+            raise ValueError(f"max_requests={self.max_requests!r}: must be >= 0")
+        for name in ("max_wait_s", "keepalive_s", "poll_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}={getattr(self, name)!r}: must be > 0")
 
 
 @dataclass
@@ -66,6 +87,7 @@ class AutoscaleConfig:
     """KubernetesSettings fields (workload, service, namespace, port_name, kubeconfig, context)."""
 
     def __post_init__(self) -> None:
+        create_policy(self.policy)  # a bad spec fails here, naming the setting at fault
         if self.actuator not in ACTUATORS:
             raise ConfigError("actuator", self.actuator, f"must be one of {', '.join(ACTUATORS)}")
         if self.flavor is not None and self.flavor not in FLAVORS:

@@ -13,12 +13,12 @@ import asyncio
 import json
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
 
 from policies.routing.base import BackendState
+from proxy.autoscale.config import HoldSettings
 from proxy.errors import ProxyError, error_response, sse_error_event
 from proxy.pool import BackendPool
 
@@ -28,27 +28,6 @@ KEEPALIVE_LINE = b": waiting for a replica\n\n"
 # Hop-by-hop and framing headers the re-entering request must not copy.
 _NOT_COPIED = frozenset({"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade",
                          "te", "trailer", "proxy-connection", "expect"})
-
-
-@dataclass
-class HoldSettings:
-    """Bounds on holding requests; seconds are real (what the client waits)."""
-
-    max_requests: int = 256
-    """Requests held at once; one more is answered 503 at once."""
-    max_wait_s: float = 600.0
-    """Longest a request is held before a 503."""
-    keepalive_s: float = 10.0
-    """Seconds between SSE comment lines to a held stream (the first comes after this long)."""
-    poll_s: float = 0.05
-    """How often a held request looks for a ready backend."""
-
-    def __post_init__(self) -> None:
-        if self.max_requests < 0:
-            raise ValueError(f"max_requests={self.max_requests!r}: must be >= 0")
-        for name in ("max_wait_s", "keepalive_s", "poll_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name}={getattr(self, name)!r}: must be > 0")
 
 
 class Holder:

@@ -76,6 +76,8 @@ class ManagedReplica:
     """First time the proxy found it ready; None while loading."""
     draining_since_s: float | None = None
     """When the loop stopped routing to it; None while it serves."""
+    adopted: bool = False
+    """Found running rather than launched (its launch time is unknown, so no cold start is measured)."""
 
 
 @dataclass
@@ -126,6 +128,8 @@ class Autoscaler:
                 await self.tick()
             except ActuatorError as exc:
                 log.error("autoscaler: %s", exc)
+            except Exception:  # one bad tick must not end scaling for the life of the proxy
+                log.exception("autoscaler: tick failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.clock.real_s(self.sample_interval_s))
             self._wake.clear()
@@ -222,7 +226,8 @@ class Autoscaler:
         for replica in self.replicas.values():
             if replica.ready_at_s is None and replica.handle.url and self._serving(replica.handle.url):
                 replica.ready_at_s = now
-                self.cold_starts_s = [*self.cold_starts_s[-COLD_STARTS_KEPT:], now - replica.started_at_s]
+                if not replica.adopted:
+                    self.cold_starts_s = [*self.cold_starts_s[-COLD_STARTS_KEPT:], now - replica.started_at_s]
 
     def _serving(self, url: str) -> bool:
         backend = self.pool.find(url)
@@ -243,13 +248,13 @@ class Autoscaler:
                 self.pool.drain(gone.handle.url)
         for handle in found:
             if handle.replica_id not in self.replicas:
-                self._track(handle, launches.pop(0) if launches else now)
+                self._track(handle, launches.pop(0) if launches else now, adopted=not launches)
             elif handle.url and self.replicas[handle.replica_id].handle.url != handle.url:
                 self.replicas[handle.replica_id].handle = handle
                 self.pool.add(BackendSpec(url=handle.url, flavor=self.actuator.flavor), source="autoscaler")
 
-    def _track(self, handle: ReplicaHandle, started_at_s: float) -> None:
-        self.replicas[handle.replica_id] = ManagedReplica(handle, started_at_s)
+    def _track(self, handle: ReplicaHandle, started_at_s: float, adopted: bool = False) -> None:
+        self.replicas[handle.replica_id] = ManagedReplica(handle, started_at_s, adopted=adopted)
         if handle.url:
             self.pool.add(BackendSpec(url=handle.url, flavor=self.actuator.flavor), source="autoscaler")
 

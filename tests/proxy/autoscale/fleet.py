@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from proxy.app import PROXY_KEY, Proxy, build_app
-from proxy.autoscale import AutoscaleConfig, AutoscaleRuntime, attach
+from proxy.autoscale import AutoscaleConfig, attach
+from proxy.autoscale.setup import AutoscaleRuntime
 from proxy.config import HealthConfig, ProxyConfig
 
 TIME_SCALE = 0.05

@@ -9,8 +9,8 @@ import json
 
 import aiohttp
 
-from proxy.autoscale import AutoscaleConfig
-from proxy.autoscale.holder import KEEPALIVE_LINE, HoldSettings
+from proxy.autoscale import AutoscaleConfig, HoldSettings
+from proxy.autoscale.holder import KEEPALIVE_LINE
 from tests.proxy.autoscale.fleet import ENGINE_CMD, TIME_SCALE, autoscaled_proxy
 
 CHAT = {"model": "llama-3.1-8b", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 8}

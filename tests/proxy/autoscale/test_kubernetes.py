@@ -10,6 +10,7 @@ import json
 import pytest
 from aiohttp import web
 
+from policies.routing.base import BackendState
 from policies.scaling import create_policy
 from proxy.autoscale.actuator import ActuatorError
 from proxy.autoscale.kubernetes import KubernetesActuator, KubernetesSettings, from_kubeconfig
@@ -169,8 +170,13 @@ async def test_the_loop_keeps_the_pool_in_step_with_the_pods(api):
         await scaler.reconcile(0.0)
         assert sorted(b.url for b in pool) == ["http://10.0.0.11:8000", "http://10.0.0.12:8000"]
         assert all(b.spec.flavor == "vllm" and b.source == "autoscaler" for b in pool)
+        for backend in pool:
+            backend.state = BackendState.READY
+        await scaler.reconcile(1.0)
+        assert scaler.fleet_state(1.0).ready == 2
+        assert scaler.measured_cold_start_s is None  # found running: their launch time is unknown
         await scaler.start_replicas(1, 5.0)
-        assert scaler.fleet_state(6.0).starting == 3  # none has been probed ready yet
+        assert scaler.fleet_state(6.0).starting == 1  # the placeholder
         fake.slice = endpoint_slice(endpoint("vllm-7d9f-a", "10.0.0.11"))
         await fake.events.put({"type": "MODIFIED", "object": fake.slice})
         await wait_for(lambda: len(actuator.endpoints()) == 1)

@@ -11,8 +11,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from policies.scaling.observe import REASON_LABELS
-from proxy.autoscale import AutoscaleConfig
-from proxy.autoscale.holder import HoldSettings
+from proxy.autoscale import AutoscaleConfig, HoldSettings
 from tests.proxy.autoscale.fleet import TIME_SCALE, autoscaled_proxy
 
 # A replica that never becomes ready, so the fleet stays at one starting replica.
