@@ -27,11 +27,15 @@ class RunningLlama:
     """Set when the model is loaded (/health turns 200)."""
     load_task: asyncio.Task | None = None
     """The task that ends the load."""
+    bound_port: int | None = None
+    """The TCP port, read from the socket once."""
 
     @property
     def port(self) -> int:
-        """The bound TCP port."""
-        return self.sock.getsockname()[1]
+        """The bound TCP port (still known after the socket is closed)."""
+        if self.bound_port is None:
+            self.bound_port = self.sock.getsockname()[1]
+        return self.bound_port
 
     @property
     def server(self) -> LlamaServer:
@@ -61,7 +65,7 @@ async def start_llama(config: LlamaServerConfig, cold_start: bool = True) -> Run
     app = create_app(config)
     sock = bind_socket(config.host, config.port)
     runner = await start_on_socket(app, sock)
-    running = RunningLlama(runner, sock, app, asyncio.Event())
+    running = RunningLlama(runner, sock, app, asyncio.Event(), bound_port=sock.getsockname()[1])
     delay_s = running.server.spec.cold_start_s * config.time_scale if cold_start else 0.0
 
     async def load() -> None:

@@ -124,7 +124,12 @@ def create_app(config: VllmServeConfig, allow_runtime_lora: bool | None = None) 
         app.router.add_post("/v1/unload_lora_adapter", unload_lora_adapter)
     app.on_startup.append(_start_driver)
     app.on_cleanup.append(_stop_driver)
+    app.on_response_prepare.append(_server_header)
     return app
+
+
+async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["server"] = "uvicorn"
 
 
 async def _start_driver(app: web.Application) -> None:

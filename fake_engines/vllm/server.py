@@ -30,11 +30,15 @@ class RunningVllm:
     """Set when the server accepts connections."""
     go_live: asyncio.Task | None = None
     """The task that ends the cold start."""
+    bound_port: int | None = None
+    """The TCP port, read from the socket once."""
 
     @property
     def port(self) -> int:
-        """The bound TCP port."""
-        return self.sock.getsockname()[1]
+        """The bound TCP port (still known after the socket is closed)."""
+        if self.bound_port is None:
+            self.bound_port = self.sock.getsockname()[1]
+        return self.bound_port
 
     @property
     def server(self) -> VllmServer:
@@ -71,7 +75,7 @@ async def start_vllm(config: VllmServeConfig, cold_start: bool = True) -> Runnin
     ModelDoesNotFit is raised before anything is bound, as vLLM fails before serving."""
     app = create_app(config)
     sock = bind_socket(config.host, config.port)
-    running = RunningVllm(runner=None, sock=sock, app=app, ready=asyncio.Event())
+    running = RunningVllm(runner=None, sock=sock, app=app, ready=asyncio.Event(), bound_port=sock.getsockname()[1])
     delay_s = running.server.spec.cold_start_s * config.time_scale if cold_start else 0.0
     log.info("cold start %.2f s (modelled %.1f s)", delay_s, running.server.spec.cold_start_s)
 

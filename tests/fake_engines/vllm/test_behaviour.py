@@ -210,3 +210,19 @@ async def test_data_parallel_engines_share_the_load_and_label_their_series(serve
     assert busy == {"0", "1"}
     assert [value(text, "vllm:request_success_total", engine=e) for e in ("0", "1")] == [2, 2]
     assert {lab["engine"] for n, lab, _ in samples(text) if n == "vllm:cache_config_info"} == {"0", "1"}
+
+
+async def test_sigterm_drain_finishes_in_flight_requests_and_refuses_new_connections():
+    running = await start_vllm(_config(time_scale=0.2), cold_start=False)
+    await running.wait_ready()
+    base = f"http://127.0.0.1:{running.port}"
+    async with aiohttp.ClientSession() as session:
+        in_flight = asyncio.create_task(_complete(session, base, "hello " * 4, 200))
+        await asyncio.sleep(0.05)
+        draining = asyncio.create_task(running.drain_and_close())
+        await asyncio.sleep(0.05)
+        with pytest.raises(ConnectionRefusedError):
+            await asyncio.open_connection("127.0.0.1", running.port)
+        result = await in_flight
+        await draining
+    assert result["usage"]["completion_tokens"] == 200
