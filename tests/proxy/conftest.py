@@ -47,6 +47,8 @@ class FakeBackend:
     name: str
     knobs: Knobs = field(default_factory=Knobs)
     models: tuple[str, ...] = ("tiny-llama",)
+    adapters: tuple[str, ...] = ()
+    """LoRA adapters, listed by /v1/models with the first model as parent (as vLLM does)."""
     runner: web.AppRunner | None = None
     port: int = 0
     received: int = 0
@@ -81,6 +83,7 @@ class FakeBackend:
 
     async def list_models(self, request: web.Request) -> web.Response:
         data = [{"id": m, "object": "model", "owned_by": "fake", "parent": None} for m in self.models]
+        data += [{"id": a, "object": "model", "owned_by": "fake", "parent": self.models[0]} for a in self.adapters]
         return web.json_response({"object": "list", "data": data})
 
     async def health(self, request: web.Request) -> web.Response:
