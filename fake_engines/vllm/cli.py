@@ -45,13 +45,30 @@ def build_parser() -> argparse.ArgumentParser:
     look.add_argument("--load-gbps", type=float, default=5.0, help="weight loading bandwidth, GB/s")
     look.add_argument("--startup-seconds", type=float, default=5.0)
     look.add_argument("--warmup-seconds", type=float, default=10.0)
+    shape = serve.add_argument_group("explicit model shape (instead of a catalogue model)")
+    shape.add_argument("--params", type=float, help="parameters, all experts included, e.g. 8.03e9")
+    shape.add_argument("--layers", type=int)
+    shape.add_argument("--kv-heads", type=int)
+    shape.add_argument("--head-dim", type=int)
+    shape.add_argument("--hidden", type=int)
+    shape.add_argument("--heads", type=int)
+    shape.add_argument("--intermediate", type=int)
+    shape.add_argument("--vocab", type=int)
     return parser
+
+
+SHAPE_FLAGS = ("params", "layers", "kv_heads", "head_dim", "hidden", "heads", "intermediate", "vocab")
+
+
+def _shape(args: argparse.Namespace) -> dict[str, float] | None:
+    shape = {name: getattr(args, name) for name in SHAPE_FLAGS if getattr(args, name) is not None}
+    return shape or None
 
 
 def config_from_args(args: argparse.Namespace) -> VllmServeConfig:
     """Flags to a validated VllmServeConfig."""
     return VllmServeConfig(
-        model=args.model, served_model_name=args.served_model_name[0] if args.served_model_name else None,
+        model=args.model, model_shape=_shape(args), served_model_name=args.served_model_name[0] if args.served_model_name else None,
         host=args.host, port=args.port, api_key=args.api_key, tensor_parallel_size=args.tensor_parallel_size,
         pipeline_parallel_size=args.pipeline_parallel_size, data_parallel_size=args.data_parallel_size,
         enable_expert_parallel=args.enable_expert_parallel, max_num_seqs=args.max_num_seqs,

@@ -17,7 +17,10 @@ class VllmServeConfig:
     """Everything `fake-vllm serve` is started with."""
 
     model: str
-    """Catalogue model name (llama-3.1-8b, ...) or a path whose last part names one."""
+    """Catalogue model name (llama-3.1-8b, ...), a path whose last part names one, or any name with model_shape."""
+    model_shape: dict[str, float] | None = None
+    """Explicit shape instead of a catalogue entry: params, layers, kv_heads (required), head_dim, hidden,
+    heads, intermediate, vocab (the `flotilla plan` shape flags)."""
     served_model_name: str | None = None
     """Name clients use; defaults to `model` as given."""
     host: str = "127.0.0.1"
@@ -92,6 +95,10 @@ class VllmServeConfig:
             raise ServeConfigError(f"--load-gbps must be > 0, got {self.load_gbps}")
         if self.dtype not in DTYPE_BITS:
             raise ServeConfigError(f"--dtype must be one of {sorted(DTYPE_BITS)}, got {self.dtype!r}")
+        if self.model_shape is not None:
+            missing = [k for k in ("params", "layers", "kv_heads") if not self.model_shape.get(k)]
+            if missing:
+                raise ServeConfigError(f"an explicit model shape needs {', '.join('--' + m.replace('_', '-') for m in missing)}")
         if self.lora_modules and not self.enable_lora:
             raise ServeConfigError("--lora-modules needs --enable-lora")
 

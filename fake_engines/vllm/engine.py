@@ -13,7 +13,7 @@ from pathlib import PurePath
 from fake_engines.core import VllmScheduler, VllmSchedulerConfig
 from fake_engines.perf import coldstart, kv_cache, step_time
 from fake_engines.perf.batch import Layout, StepBatch
-from fake_engines.perf.catalogue import CatalogueError, GpuSpec, ModelSpec, load_catalogue
+from fake_engines.perf.catalogue import CatalogueError, GpuSpec, ModelSpec, load_catalogue, model_from_shape
 from fake_engines.vllm.config import ServeConfigError, VllmServeConfig, default_batch_limits
 
 GIB = 2**30
@@ -56,9 +56,19 @@ def resolve_model(name: str) -> ModelSpec:
     raise ServeConfigError(f"model {name!r} is not in the catalogue ({', '.join(sorted(catalogue.models))})")
 
 
+def model_of(config: VllmServeConfig) -> ModelSpec:
+    """The explicit shape when given, else the catalogue entry MODEL names."""
+    if config.model_shape is None:
+        return resolve_model(config.model)
+    shape = {k: v for k, v in config.model_shape.items() if v is not None}
+    fixed = {k: shape.pop(k) for k in ("params", "layers", "kv_heads")}
+    return model_from_shape(fixed["params"], int(fixed["layers"]), int(fixed["kv_heads"]),
+                            int(shape.pop("head_dim", 128)), name=config.model, **{k: int(v) for k, v in shape.items()})
+
+
 def size_engine(config: VllmServeConfig) -> VllmEngineSpec:
     """Size the engine for the flags, or raise ModelDoesNotFit in vLLM's words."""
-    model = resolve_model(config.model)
+    model = model_of(config)
     gpu = load_catalogue().gpu(config.gpu)
     layout = Layout(tp=config.tensor_parallel_size, pp=config.pipeline_parallel_size,
                     dp=config.data_parallel_size, ep=config.enable_expert_parallel)

@@ -52,3 +52,12 @@ def test_bad_flags_name_the_flag():
         VllmServeConfig(model="m", gpu_memory_utilization=1.5)
     with pytest.raises(ServeConfigError, match="--lora-modules needs --enable-lora"):
         VllmServeConfig(model="m", lora_modules={"a": "/a"})
+
+
+def test_an_explicit_shape_sizes_like_the_same_catalogue_model():
+    shape = {"params": 8.03e9, "layers": 32, "kv_heads": 8, "head_dim": 128, "hidden": 4096, "heads": 32}
+    explicit = _size(model="my-8b", model_shape=shape)[1]
+    assert explicit.model.name == "my-8b"
+    assert explicit.num_gpu_blocks == _size()[1].num_gpu_blocks
+    with pytest.raises(ServeConfigError, match="--kv-heads"):
+        VllmServeConfig(model="x", model_shape={"params": 1e9, "layers": 4})

@@ -1,0 +1,24 @@
+"""`fake-vllm serve` flags map onto VllmServeConfig as `vllm serve` spells them."""
+
+from __future__ import annotations
+
+from fake_engines.vllm.cli import build_parser, config_from_args
+
+
+def _config(*argv: str):
+    return config_from_args(build_parser().parse_args(["serve", *argv]))
+
+
+def test_vllm_flags_and_short_forms():
+    config = _config("llama-3.1-70b", "-tp", "4", "-pp", "2", "-dp", "2", "--max-num-seqs", "64",
+                     "--no-enable-prefix-caching", "--enable-lora", "--lora-modules", "a=/x", "b=/y",
+                     "--served-model-name", "big", "--num-gpu-blocks-override", "100")
+    assert (config.tensor_parallel_size, config.pipeline_parallel_size, config.data_parallel_size) == (4, 2, 2)
+    assert config.max_num_seqs == 64 and not config.enable_prefix_caching
+    assert config.lora_modules == {"a": "/x", "b": "/y"} and config.model_name == "big"
+    assert config.num_gpu_blocks_override == 100 and config.host == "127.0.0.1"
+
+
+def test_explicit_shape_flags():
+    config = _config("my-model", "--params", "8e9", "--layers", "32", "--kv-heads", "8", "--hidden", "4096")
+    assert config.model_shape == {"params": 8e9, "layers": 32, "kv_heads": 8, "hidden": 4096}
