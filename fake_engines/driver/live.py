@@ -13,6 +13,7 @@ busy, real elapsed time divided by `time_scale` while it idles. A look-alike run
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -90,6 +91,15 @@ class DriverObserver(Protocol):
         ...
 
 
+log = logging.getLogger("fake_engines.driver")
+
+
+def _log_crash(task: asyncio.Task) -> None:
+    # A crashed step loop would leave every request waiting forever: make it loud.
+    if not task.cancelled() and task.exception() is not None:
+        log.error("engine step loop stopped", exc_info=task.exception())
+
+
 class LiveDriver:
     """Drives one engine core in real time; all engine state changes happen on the event loop.
 
@@ -131,6 +141,7 @@ class LiveDriver:
         """Start the step loop on the running event loop."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
+            self._task.add_done_callback(_log_crash)
 
     async def stop(self) -> None:
         """Stop the step loop; in-flight steps are dropped."""
