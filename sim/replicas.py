@@ -38,6 +38,9 @@ class SimJob:
 
 
 class Listener(Protocol):
+    """Progress reports; a listener may also offer `on_tokens(job, times_s)`, taking a decode
+    run's later tokens (never a first token) in one call instead of one `on_token` each."""
+
     def on_token(self, job: SimJob, now_s: float, first: bool) -> None: ...
 
     def on_finish(self, job: SimJob, now_s: float, prompt_tokens: int, cached_tokens: int,
@@ -165,7 +168,7 @@ class CoreReplica:
         first, context_step = core.decode_run_batch()
         end_s, t = [], now_s
         for duration_s in self.decode_run_time(first, context_step, num_steps):
-            t = instant(t + duration_s)  # the grid a step-by-step run lands on
+            t = round(t + duration_s, 9)  # events.instant, inlined: the grid a step-by-step run lands on
             end_s.append(t)
         run = self._run = _DecodeRun(end_s, [self.jobs[r.request_id] for r in core.running])
         self.in_flight_steps += 1
@@ -175,9 +178,14 @@ class CoreReplica:
     def _apply_run_steps(self, run: _DecodeRun, num_steps: int) -> None:
         core: Any = self.core
         core.apply_decode_steps(num_steps)
+        times_s = run.end_s[:num_steps]
+        on_tokens = getattr(self.listener, "on_tokens", None)
         for job in run.jobs:
-            for end_s in run.end_s[:num_steps]:
-                self.listener.on_token(job, end_s, first=False)
+            if on_tokens is not None:
+                on_tokens(job, times_s)
+            else:
+                for end_s in times_s:
+                    self.listener.on_token(job, end_s, first=False)
 
     def _finish_run(self, run: _DecodeRun, now_s: float) -> list[Event]:
         if run is not self._run:
@@ -224,7 +232,9 @@ class CoreReplica:
 
     def metrics(self) -> ReplicaMetrics:
         if self._run is not None and self.queue is not None:
-            # reading state mid-run: the event loop is at the reader's instant
-            self.queue.extend(self._interrupt_run(self.queue.now_s))
+            # mid-run only KV usage moves: the steps ended by now plus the one under way hold blocks
+            core: Any = self.core
+            done = bisect.bisect_right(self._run.end_s, self.queue.now_s)
+            return ReplicaMetrics(len(core.running), len(core.waiting), core.kv_cache_usage_after(done + 1))
         s = self.core.stats()
         return ReplicaMetrics(s.num_running, s.num_waiting, s.kv_cache_usage)

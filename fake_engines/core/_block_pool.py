@@ -21,6 +21,38 @@ def hash_block_tokens(parent_hash: bytes | None, token_ids: tuple[int, ...], lor
     return hashlib.sha256((parent_hash or NONE_HASH) + payload).digest()
 
 
+class _DecimalCache(dict):
+    """str(token id), remembered: prompts and outputs reuse a small vocabulary of ids."""
+
+    MAX_ENTRIES = 1 << 20
+
+    def __missing__(self, token_id: int) -> str:
+        if len(self) >= self.MAX_ENTRIES:
+            self.clear()
+        text = self[token_id] = str(token_id)
+        return text
+
+
+_DECIMAL = _DecimalCache()
+
+
+def hash_block_chain(parent_hash: bytes | None, token_ids: list[int], block_size: int,
+                     lora: str | None) -> list[bytes]:
+    """`hash_block_tokens` of each full block of `token_ids`, chained from `parent_hash`.
+
+    The payload text is built once for the whole run of blocks: it is exactly
+    `repr((tuple(block), lora))`, since str(int) == repr(int) and a tuple's repr joins with ", "."""
+    digits = list(map(_DECIMAL.__getitem__, token_ids[:len(token_ids) - len(token_ids) % block_size]))
+    tail = ("), " if block_size > 1 else ",), ") + repr(lora) + ")"
+    parent = parent_hash or NONE_HASH
+    sha256 = hashlib.sha256
+    hashes = []
+    for start in range(0, len(digits), block_size):
+        parent = sha256(parent + ("((" + ", ".join(digits[start:start + block_size]) + tail).encode()).digest()
+        hashes.append(parent)
+    return hashes
+
+
 @dataclass
 class KVCacheBlock:
     """One KV block of block_size token slots."""

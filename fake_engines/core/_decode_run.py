@@ -60,6 +60,16 @@ def decode_run_length(sched: VllmScheduler) -> int:
     return low
 
 
+def kv_cache_usage_after(sched: VllmScheduler, num_steps: int) -> float:
+    """KV usage once `num_steps` more decode-run steps are scheduled (the same float as
+    `stats().kv_cache_usage` would then read)."""
+    kv = sched.kv_cache_manager
+    pool = kv.block_pool
+    held = [len(kv._req_blocks.get(r.request_id, ())) for r in sched.running]
+    free = pool.get_num_free_blocks() - _blocks_needed(sched.running, kv.block_size, held, num_steps)
+    return 1.0 - free / pool.num_usable_blocks
+
+
 def decode_run_batch(sched: VllmScheduler) -> tuple[StepBatch, int]:
     """The first step's batch of a decode run, and the context tokens each later step adds."""
     running = sched.running

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fake_engines.core._block_pool import BlockPool, KVCacheBlock, hash_block_tokens
+from fake_engines.core._block_pool import BlockPool, KVCacheBlock, hash_block_chain
 from fake_engines.core._request import EngineRequest
 
 
@@ -46,10 +46,8 @@ class KVCacheManager:
         if (len(hashes) + 1) * size > request.num_tokens:
             return hashes  # no new full block: skip copying the token list (hot on every decode)
         tokens = request.all_token_ids
-        while (len(hashes) + 1) * size <= len(tokens):
-            start = len(hashes) * size
-            parent = hashes[-1] if hashes else None
-            hashes.append(hash_block_tokens(parent, tuple(tokens[start:start + size]), request.lora))
+        parent = hashes[-1] if hashes else None
+        hashes.extend(hash_block_chain(parent, tokens[len(hashes) * size:], size, request.lora))
         return hashes
 
     def get_computed_blocks(self, request: EngineRequest) -> tuple[list[KVCacheBlock], int]:

@@ -12,6 +12,8 @@ Ids are a bijection, so `decode(encode(text)) == text` for any text.
 
 from __future__ import annotations
 
+import numpy as np
+
 CHARS_PER_TOKEN = 4
 """Characters per token for ASCII text (the documented ratio)."""
 
@@ -43,8 +45,33 @@ def _chunk_text(token_id: int) -> str:
     return "".join(reversed(chars))
 
 
+# alphabet index of each byte, -1 for bytes outside it: whole-text encoding in one numpy pass
+_BYTE_INDEX = np.full(256, -1, dtype=np.int64)
+_BYTE_INDEX[[ord(ch) for ch in _ALPHABET]] = np.arange(_BASE)
+_VECTOR_MIN_CHARS = 64  # below this the plain loop is as quick
+
+
 def encode(text: str) -> list[int]:
     """Token ids of `text`, one per 4-character chunk (see the module docstring)."""
+    if len(text) >= _VECTOR_MIN_CHARS and text.isascii():
+        index = _BYTE_INDEX[np.frombuffer(text.encode("ascii"), dtype=np.uint8)]
+        if index.min() >= 0:
+            return _encode_alphabet(text, index)
+    return _encode_chunks(text)
+
+
+def _encode_alphabet(text: str, index: np.ndarray) -> list[int]:
+    """encode() of text made only of alphabet characters, given their indexes."""
+    full = len(text) - len(text) % CHARS_PER_TOKEN
+    digits = index[:full].reshape(-1, CHARS_PER_TOKEN)
+    ids = ((digits[:, 0] * _BASE + digits[:, 1]) * _BASE + digits[:, 2]) * _BASE + digits[:, 3]
+    out: list[int] = (ids + _OFFSETS[CHARS_PER_TOKEN]).tolist()
+    if full < len(text):
+        out.append(_chunk_id(text[full:]))
+    return out
+
+
+def _encode_chunks(text: str) -> list[int]:
     ids: list[int] = []
     for start in range(0, len(text), CHARS_PER_TOKEN):
         chunk = text[start:start + CHARS_PER_TOKEN]

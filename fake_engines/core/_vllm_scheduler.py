@@ -253,6 +253,10 @@ class VllmScheduler:
         """The next decode run's first batch and the context tokens each later step adds."""
         return _decode_run.decode_run_batch(self)
 
+    def kv_cache_usage_after(self, num_steps: int) -> float:
+        """KV usage once the next `num_steps` decode-run steps are scheduled, without applying them."""
+        return _decode_run.kv_cache_usage_after(self, num_steps)
+
     def apply_decode_steps(self, num_steps: int) -> None:
         """Apply the next `num_steps` steps at once, exactly as schedule() and finish_step() would;
         only for fewer steps than `decode_run_length()`, so none finishes a request."""

@@ -46,6 +46,7 @@ def _run(decode_runs: bool, policy: str, blocks: int | None, scrape_s: float | N
 @pytest.mark.parametrize(("policy", "blocks", "scrape_s"), [
     ("round-robin", None, None),
     ("least-load", 200, None),  # a small cache: preemptions, and runs cut short by free blocks
+    ("least-load:signal=kv_cache_usage", 300, None),  # KV usage read mid-run at every arrival
     ("least-load:signal=kv_cache_usage", 300, 0.25),
 ])
 def test_decode_runs_reproduce_step_by_step_records_and_counters(policy: str, blocks: int | None,

@@ -1,4 +1,6 @@
-from fake_engines.core._block_pool import NONE_HASH, BlockPool, hash_block_tokens
+import pytest
+
+from fake_engines.core._block_pool import NONE_HASH, BlockPool, hash_block_chain, hash_block_tokens
 
 
 def test_block_zero_is_reserved_and_blocks_come_from_the_lru_end():
@@ -64,3 +66,15 @@ def test_block_hash_chains_on_parent_and_includes_the_adapter():
     assert h0 != hash_block_tokens(None, (1, 2, 3, 4), "lora-a")
     assert hash_block_tokens(h0, (5, 6, 7, 8), None) != hash_block_tokens(None, (5, 6, 7, 8), None)
     assert len(h0) == 32
+
+
+@pytest.mark.parametrize("block_size", [1, 2, 16])
+@pytest.mark.parametrize("lora", [None, "sql-lora", "it's"])
+def test_chain_of_block_hashes_equals_hashing_block_by_block(block_size: int, lora: str | None) -> None:
+    tokens = [(i * 7919) % 100_003 for i in range(5 * block_size + block_size // 2)]
+    expected, parent = [], None
+    for start in range(0, 5 * block_size, block_size):
+        parent = hash_block_tokens(parent, tuple(tokens[start:start + block_size]), lora)
+        expected.append(parent)
+    assert hash_block_chain(None, tokens, block_size, lora) == expected
+    assert hash_block_chain(expected[1], tokens[2 * block_size:], block_size, lora) == expected[2:]

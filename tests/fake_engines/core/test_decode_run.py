@@ -82,3 +82,15 @@ def test_no_run_while_a_request_waits_or_prefills() -> None:
     assert sched.decode_run_length() == 9
     first, context_step = sched.decode_run_batch()
     assert (first.decode_seqs, first.decode_context_tokens, first.prefill_tokens, context_step) == (1, 4, 0, 1)
+
+
+def test_kv_usage_mid_run_is_what_the_stepped_engine_reports() -> None:
+    sched = _engine(1, 200)
+    predicted = [sched.kv_cache_usage_after(n) for n in range(1, 15)]
+    seen = []
+    for _ in range(14):
+        step = sched.schedule()
+        assert step is not None
+        seen.append(sched.stats().kv_cache_usage)  # read while the step is under way
+        sched.finish_step(step)
+    assert predicted == seen

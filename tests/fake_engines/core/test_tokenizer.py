@@ -45,3 +45,11 @@ def test_out_of_range_id_is_a_value_error():
         assert "outside" in str(err)
     else:
         raise AssertionError("expected ValueError")
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=200), min_size=60, max_size=300))
+def test_long_texts_encode_as_chunk_by_chunk(text: str) -> None:
+    from fake_engines.core._tokenizer import _encode_chunks
+
+    assert encode(text) == _encode_chunks(text)
+    assert decode(encode(text)) == text
