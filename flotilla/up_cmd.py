@@ -128,6 +128,10 @@ def _print_endpoints(fleet) -> None:
     _say(f"  proxy     {fleet.proxy_url}/v1   (metrics {fleet.proxy_url}/metrics)")
     for m in fleet.engines:
         _say(f"  {m.name:<9} {m.handle.url}   ({m.actuator.flavor}, pid {m.handle.pid})")
+    scaled = fleet.spec.scaled_group()
+    if scaled is not None:
+        _say(f"  {scaled.name + '/*':<9} started by the proxy's autoscaler "
+             f"({scaled.flavor}, {scaled.min_replicas} to {scaled.max_replicas} replicas)")
     _say(f"  try: curl {fleet.proxy_url}/v1/completions -H 'Content-Type: application/json' "
          f"-d '{{\"model\": \"{fleet.spec.engines[0].model}\", \"prompt\": \"Hello\", \"max_tokens\": 16}}'")
 

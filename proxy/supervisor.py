@@ -83,15 +83,20 @@ def descendants_of(pid: int) -> list[int]:
     return out
 
 
-def proxy_fleet_file(fleet: UpFleet, backends: list[tuple[str, str]], log_dir: Path) -> dict[str, object]:
+def proxy_fleet_file(fleet: UpFleet, backends: list[tuple[str, str]]) -> dict[str, object]:
     """What `flotilla proxy --config` reads: the policy, the started engines as backends and,
     when one group is autoscaled, the proxy's `autoscaler:` section for it."""
     data: dict[str, object] = {"proxy": {"policy": fleet.policy,
                                          "backends": [{"url": url, "flavor": f} for f, url in backends]}}
     group = fleet.scaled_group()
     if fleet.autoscaler is not None and group is not None:
-        data["autoscaler"] = fleet.autoscaler.for_proxy(group, log_dir / group.name)
+        data["autoscaler"] = fleet.autoscaler.for_proxy(group)
     return data
+
+
+def proxy_command(config: Path) -> list[str]:
+    """`flotilla proxy` over the generated fleet file; the actuator appends --host and --port."""
+    return [sys.executable, "-m", "flotilla", "proxy", "--config", str(config)]
 
 
 @dataclass
@@ -116,9 +121,8 @@ class Fleet:
                 await self._start_group(group, group.replicas)
         backends = [(m.actuator.flavor, m.handle.url) for m in self.engines]
         config = self.log_dir / "proxy-fleet.yaml"
-        config.write_text(yaml.safe_dump(proxy_fleet_file(self.spec, backends, self.log_dir), sort_keys=False))
-        argv = [sys.executable, "-m", "flotilla", "proxy", "--config", str(config)]
-        actuator = LocalActuator(argv, flavor="openai", log_dir=self.log_dir / "proxy")
+        config.write_text(yaml.safe_dump(proxy_fleet_file(self.spec, backends), sort_keys=False))
+        actuator = LocalActuator(proxy_command(config), flavor="openai", log_dir=self.log_dir / "proxy")
         handle = await _start_on_port(actuator, port or local.free_port())
         self.members.append(Member("proxy", handle, actuator, actuator.log_dir / f"{handle.replica_id}.log"))
         self.proxy_url = handle.url
@@ -138,10 +142,11 @@ class Fleet:
 
     async def crashed(self) -> list[Member]:
         """Members whose process exited on its own."""
-        gone = set()
+        gone: list[Member] = []
         for actuator in {id(m.actuator): m.actuator for m in self.members}.values():
-            gone |= set(await actuator.exited())
-        return [m for m in self.members if m.handle.replica_id in gone]
+            ids = set(await actuator.exited())  # replica ids are unique per actuator only
+            gone += [m for m in self.members if m.actuator is actuator and m.handle.replica_id in ids]
+        return gone
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Proxy first (it stops routing and its own autoscaled replicas), then the engines."""

@@ -87,6 +87,28 @@ async def test_up_serves_through_the_proxy_and_leaves_no_process_after_sigterm(t
     assert log.read_text().rstrip().endswith("stopped")
 
 
+async def test_autoscaled_replicas_run_under_the_proxy_and_are_gone_after_sigterm(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("engines:\n  - {name: pool, flavor: vllm, model: llama-3.1-8b, min: 1, max: 2, time_scale: 0.02,"
+                     " load_gbps: 50}\nautoscaler: {policy: 'cold-start-aware:capacity_rps=2', interval_s: 1}\n")
+    log = tmp_path / "up.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([*UP, str(fleet)], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait_for(log, r"pool/\* +started by the proxy's autoscaler \(vllm, 1 to 2 replicas\)", proc)
+        _wait_for(log, r"1/1 ready, 0 in flight, [\d.]+ req/s, autoscaler wants 1", proc)
+        tree = _tree(proc.pid)
+        proxy = [pid for pid, _ in tree.items() if _stat(pid)[1] == proc.pid]
+        assert len(proxy) == 1 and any(_stat(pid)[1] == proxy[0] for pid in tree), tree  # an engine under it
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not {pid for pid in tree if (st := _stat(pid)) is not None and st[0] != "Z"}
+
+
 def test_demo_replays_the_bundled_trace_and_prints_the_summary(tmp_path: Path) -> None:
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text("engines:\n  - {flavor: vllm, model: llama-3.1-8b, replicas: 2, time_scale: 0.02, load_gbps: 50}\n"
