@@ -209,6 +209,8 @@ def config_from_mapping(raw: dict) -> AutoscaleConfig:
             raise ConfigError("autoscaler.hold", kwargs["hold"], str(exc)) from None
     if isinstance(kwargs.get("engine_cmd"), list):
         kwargs["engine_cmd"] = shlex.join(str(w) for w in kwargs["engine_cmd"])
+    if kwargs.get("engine_log_dir") is not None:
+        kwargs["engine_log_dir"] = Path(kwargs["engine_log_dir"])
     if "prometheus_queries" in kwargs:
         kwargs["prometheus_queries"] = tuple(kwargs["prometheus_queries"])
     return AutoscaleConfig(**kwargs)

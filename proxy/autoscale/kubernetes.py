@@ -139,6 +139,8 @@ class KubernetesSettings:
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
+        if self.kubeconfig is not None:
+            self.kubeconfig = Path(self.kubeconfig)  # a fleet file gives text
         kind, sep, name = self.workload.partition("/")
         if not sep or kind.lower() not in WORKLOAD_KINDS or not name:
             raise ActuatorError(f"kubernetes workload={self.workload!r}: expected deployment/NAME or "

@@ -124,7 +124,8 @@ async def wait_for(predicate, timeout_s: float = 5.0) -> None:
 
 async def test_replicas_follow_the_endpoint_slices_and_scaling_patches_the_scale_subresource(api):
     fake, kubeconfig = api
-    actuator = KubernetesActuator(KubernetesSettings(workload="deployment/vllm", kubeconfig=kubeconfig))
+    # a fleet file gives the kubeconfig path as text
+    actuator = KubernetesActuator(KubernetesSettings(workload="deployment/vllm", kubeconfig=str(kubeconfig)))
     try:
         found = await actuator.replicas()
         assert [(h.replica_id, h.url) for h in found] == [("vllm-7d9f-a", "http://10.0.0.11:8000"),

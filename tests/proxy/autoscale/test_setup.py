@@ -98,6 +98,8 @@ def test_flags_and_fleet_file_build_the_config(tmp_path):
     config = config_from_args(parser.parse_args(["--config", str(fleet), "--max-replicas", "6"]))
     assert (config.policy, config.engine_cmd, config.min_replicas, config.max_replicas) == ("kpa", "fake-vllm serve m", 0, 6)
     assert config.hold.max_requests == 3
+    logged = config_from_mapping({"engine_cmd": "x", "engine_log_dir": str(tmp_path / "logs")})
+    assert logged.engine_log_dir == tmp_path / "logs"
     policy = build_policy(config)
     assert (policy.limits.min_replicas, policy.limits.max_replicas) == (0, 6)
     args = parser.parse_args(["--autoscale", "seed:capacity_rps=3", "--engine-cmd", "fake-vllm serve m",
