@@ -125,7 +125,7 @@ async def test_two_slots_and_five_requests_defer_three():
     running, base = await _served(_config(time_scale=0.5))
     try:
         async with aiohttp.ClientSession() as session:
-            body = {"prompt": "hello there", "max_tokens": 100, "ignore_eos": True}
+            body = {"prompt": "hello there", "max_tokens": 200, "ignore_eos": True}
             tasks = [asyncio.create_task(_complete(session, base, body)) for _ in range(5)]
             seen = set()
             while not all(t.done() for t in tasks):
