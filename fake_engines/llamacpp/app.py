@@ -175,7 +175,10 @@ async def slots(request: web.Request) -> web.Response:
     server = request.app[SERVER_KEY]
     if not server.config.slots:
         raise LlamaError(501, "This server does not support slots endpoint. Start it with `--slots`")
-    return json_body([_slot_body(s, server) for s in server.driver.core.stats().slots])
+    states = server.driver.core.stats().slots
+    if request.query.get("fail_on_no_slot") and all(s.is_processing for s in states):
+        raise LlamaError(503, "no slot available")
+    return json_body([_slot_body(s, server) for s in states])
 
 
 async def props(request: web.Request) -> web.Response:

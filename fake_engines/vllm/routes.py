@@ -46,6 +46,8 @@ class GenerationRequest:
     """Server-sent events."""
     include_usage: bool
     """stream_options.include_usage."""
+    continuous_usage: bool
+    """stream_options.continuous_usage_stats: usage so far on every chunk."""
     ignore_eos: bool
     """Generate exactly max_tokens."""
 
@@ -107,9 +109,14 @@ def parse_generation(server: VllmServer, body: dict, chat: bool) -> GenerationRe
     for ids in prompts:
         errors.check_context(len(ids), max_tokens, server.config.max_model_len)
     return GenerationRequest(chat=chat, model=model, lora=lora, prompts=prompts, n=n, max_tokens_param=max_tokens,
-                             stream=stream, include_usage=bool(isinstance(options, dict)
-                                                               and options.get("include_usage")),
+                             stream=stream, include_usage=_option(options, "include_usage"),
+                             continuous_usage=_option(options, "include_usage")
+                             and _option(options, "continuous_usage_stats"),
                              ignore_eos=bool(body.get("ignore_eos")))
+
+
+def _option(options: object, name: str) -> bool:
+    return bool(isinstance(options, dict) and options.get(name))
 
 
 def _budget(server: VllmServer, req: GenerationRequest, prompt: list[int]) -> int:
@@ -246,8 +253,10 @@ async def _stream(request: web.Request, server: VllmServer, req: GenerationReque
             started.add(index)
         reason = out.finish_reason.value if out.finished and out.finish_reason else None
         chunk = shapes.chat_chunk if req.chat else shapes.completion_chunk
-        await send_event(response, _indexed(chunk(rid, created, req.model, decode(list(out.new_token_ids)), reason),
-                                            index))
+        event = _indexed(chunk(rid, created, req.model, decode(list(out.new_token_ids)), reason), index)
+        if req.continuous_usage:
+            event["usage"] = _usage(server, req, choices, cached).body(False)
+        await send_event(response, event)
         if out.finished and index % req.n == 0:
             cached += out.num_cached_tokens
     if req.include_usage:

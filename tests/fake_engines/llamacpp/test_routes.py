@@ -261,3 +261,21 @@ def test_template_and_tokenize_answer_as_captured(engine, name):
     expected = json.loads((CAPTURES / f"{name}.http").read_text().split("\n\n", 1)[1])
     path = "/apply-template" if "template" in name else "/tokenize"
     assert _post(engine.base_url, path, raw.encode()) == (200, expected)
+
+
+async def test_slots_fail_on_no_slot_answers_503_only_when_every_slot_is_busy():
+    running, base = await _served(_config(time_scale=0.5, n_parallel=1))
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(base + "/slots?fail_on_no_slot=1") as resp:
+                assert resp.status == 200
+            task = asyncio.create_task(_complete(session, base, {"prompt": "hi", "max_tokens": 200,
+                                                                 "ignore_eos": True}))
+            status = 200
+            while status == 200 and not task.done():
+                async with session.get(base + "/slots?fail_on_no_slot=1") as resp:
+                    status = resp.status
+            await task
+    finally:
+        await running.close()
+    assert status == 503

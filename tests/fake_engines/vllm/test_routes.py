@@ -158,3 +158,12 @@ def test_streamed_chat_with_n_2_sends_a_role_chunk_and_a_finish_per_choice(engin
     finished = [c.choices[0].index for c in chunks if c.choices and c.choices[0].finish_reason == "length"]
     assert sorted(roles) == [0, 1] and sorted(finished) == [0, 1]
     assert chunks[-1].usage.completion_tokens == 6
+
+
+def test_continuous_usage_stats_put_usage_so_far_on_every_chunk(engine):
+    client = openai.OpenAI(base_url=engine.base_url + "/v1", api_key="x")
+    chunks = list(client.completions.create(model="tiny-llama", prompt="abcd" * 4, max_tokens=3, stream=True,
+                                            stream_options={"include_usage": True, "continuous_usage_stats": True},
+                                            extra_body={"ignore_eos": True}))
+    assert [c.usage.completion_tokens for c in chunks] == [1, 2, 3, 3]
+    assert all(c.usage.prompt_tokens == 4 for c in chunks)
