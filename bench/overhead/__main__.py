@@ -135,18 +135,22 @@ def _per_req(cpu: float, lat: Latencies) -> float:
 
 async def run(args: argparse.Namespace, quiet: list[float]) -> list[TargetResult]:
     """Measure every target; `quiet` receives the machine's busy share before each round."""
-    backend_port, proxy_port = free_port(), free_port()
-    backend = spawn(["-m", "bench.overhead.backend", "--port", str(backend_port)])
+    backend_port, proxy_port, floor_port = free_port(), free_port(), free_port()
     backend_url = f"http://127.0.0.1:{backend_port}"
-    proxy = spawn(["-m", "flotilla", "proxy", "--port", str(proxy_port), "--backend", backend_url,
-                   "--policy", "least-outstanding"])
-    proxy_url = f"http://127.0.0.1:{proxy_port}"
-    targets = [Target("direct", backend_url + "/v1/completions", None),
-               Target("flotilla proxy", proxy_url + "/v1/completions", proxy.pid)]
+    procs = [spawn(["-m", "bench.overhead.backend", "--port", str(backend_port)]),
+             spawn(["-m", "flotilla", "proxy", "--port", str(proxy_port), "--backend", backend_url,
+                    "--policy", "least-outstanding"])]
+    targets = [Target("direct", backend_url, None),
+               Target("flotilla proxy", f"http://127.0.0.1:{proxy_port}", procs[1].pid)]
+    if not args.no_floor:
+        procs.append(spawn(["-m", "bench.overhead.floor", "--port", str(floor_port), "--backend", backend_url]))
+        targets.insert(1, Target("plain aiohttp proxy (floor)", f"http://127.0.0.1:{floor_port}", procs[2].pid))
     try:
         await wait_ready(backend_url + "/health")
-        await wait_ready(proxy_url + "/ready")
+        for t in targets[1:]:
+            await wait_ready(t.url + "/ready")
         for t in targets:
+            t.url += "/v1/completions"
             await closed_loop(t.url, 8, 1.0)  # warm connections and code paths
         total = args.rounds * len(targets) * int(2.5 * args.rate * args.duration_s)
         with tqdm(total=total, unit="req", file=sys.stderr) as bar:
@@ -155,7 +159,7 @@ async def run(args: argparse.Namespace, quiet: list[float]) -> list[TargetResult
                 await one_round(targets, args, bar)
         return [summarize(t) for t in targets]
     finally:
-        for p in (proxy, backend):
+        for p in reversed(procs):
             p.terminate()
             p.wait(timeout=10)
 
@@ -171,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", type=Path, default=REPO / "docs" / "benchmarks.md",
                         help="markdown file whose overhead section is replaced")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--no-floor", action="store_true",
+                        help="skip the plain aiohttp proxy that shows the floor of any aiohttp proxy")
     args = parser.parse_args(argv)
     load_before = os.getloadavg()[0]  # other jobs on the machine skew every figure; say so
     try:
