@@ -9,6 +9,15 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported for real only when the command runs (aiohttp is not cheap)
+    from collections.abc import Callable
+
+    from aiohttp import web
+
+    from proxy.autoscale.config import AutoscaleConfig
+    from proxy.config import ProxyConfig
 
 HELP = "run the OpenAI-compatible streaming router in front of engine replicas"
 DESCRIPTION = """\
@@ -43,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="warning")
 
 
-def build_config(args: argparse.Namespace):  # -> ProxyConfig, imported lazily with aiohttp
+def build_config(args: argparse.Namespace) -> ProxyConfig:
     from proxy.config import (
         BackendSpec,
         HealthConfig,
@@ -70,14 +79,14 @@ def build_config(args: argparse.Namespace):  # -> ProxyConfig, imported lazily w
     )
 
 
-async def serve(config, autoscale=None) -> None:
+async def serve(config: ProxyConfig, autoscale: AutoscaleConfig | None = None) -> None:
     from proxy.app import start_proxy
 
     extend = None
     if autoscale is not None:
         from proxy.autoscale.setup import attach
 
-        def extend(app):
+        def extend(app: web.Application) -> None:
             attach(app, autoscale)
     running = await start_proxy(config, extend=extend)
     print(f"flotilla proxy listening on {running.url} ({len(config.backends)} backends, "
@@ -92,7 +101,7 @@ async def serve(config, autoscale=None) -> None:
         await running.close()
 
 
-def autoscale_config(args: argparse.Namespace):
+def autoscale_config(args: argparse.Namespace) -> AutoscaleConfig | None:
     """The autoscaler the fleet file's `autoscaler:` section asks for (see proxy/autoscale), or None."""
     if args.config is None:
         return None
@@ -101,7 +110,7 @@ def autoscale_config(args: argparse.Namespace):
     return config_from_args(args)
 
 
-def _loop_factory():
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     try:
         import uvloop
     except ImportError:  # uvloop is not built for every platform

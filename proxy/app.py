@@ -8,7 +8,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -170,7 +170,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 @web.middleware
-async def errors_middleware(request: web.Request, handler) -> web.StreamResponse:
+async def errors_middleware(request: web.Request,
+                            handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
     """Every error leaves as OpenAI-style JSON, never as a traceback."""
     # The proxy's own answers name no backend, but still carry the header every response has.
     own = {"x-flotilla-backend": ""}
