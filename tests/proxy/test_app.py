@@ -9,7 +9,7 @@ from fake_engines.llamacpp.config import LlamaServerConfig
 from fake_engines.llamacpp.server import start_llama
 from fake_engines.vllm.config import VllmServeConfig
 from fake_engines.vllm.server import start_vllm
-from policies.routing.base import BackendState
+from policies.routing.base import BackendState, RoutingPolicy
 from proxy.config import BackendSpec, HealthConfig
 from proxy.engine_metrics import parse_engine_metrics
 from tests.proxy.conftest import BackendFactory, ProxyFactory
@@ -324,3 +324,28 @@ async def test_client_disconnect_brings_vllm_running_back_to_zero_within_a_secon
     while await running_requests(engine.url) != 0.0:
         assert time.monotonic() - left_at < 1.0
         await asyncio.sleep(0.02)
+
+
+class BrokenPolicy(RoutingPolicy):
+    name = "broken"
+
+    def select(self, backends, request):
+        raise RuntimeError("bug in a third-party policy")
+
+
+async def test_wrong_methods_and_internal_errors_are_json_too(fake_backend: BackendFactory) -> None:
+    from proxy.app import start_proxy
+    from tests.proxy.conftest import fast_config
+
+    b = await fake_backend()
+    p = await start_proxy(fast_config([b]), policy=BrokenPolicy())
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(p.url + "/health") as r:
+                assert r.status == 405 and r.headers["Allow"] == "GET,HEAD"
+                assert (await r.json())["error"]["code"] == 405
+            async with s.post(p.url + "/v1/completions", json={"model": "tiny-llama", "prompt": "x"}) as r:
+                assert r.status == 500
+                assert (await r.json())["error"]["message"] == "Internal error in the proxy."
+    finally:
+        await p.close()
