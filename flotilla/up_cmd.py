@@ -114,7 +114,9 @@ async def _serve(fleet, session, args: argparse.Namespace) -> int:
     from proxy.supervisor import wait_ready
 
     started = time.monotonic()
-    _say(f"starting {len(fleet.engines)} engine(s) and the proxy; logs in {fleet.log_dir}")
+    scaled = fleet.spec.scaled_group()
+    extra = f" (its autoscaler starts {scaled.min_replicas} {scaled.name})" if scaled is not None else ""
+    _say(f"starting {len(fleet.engines)} engine(s) and the proxy{extra}; logs in {fleet.log_dir}")
     await wait_ready(fleet, session, args.ready_timeout_s, _say)
     _say(f"fleet ready in {time.monotonic() - started:.1f} s")
     _print_endpoints(fleet)

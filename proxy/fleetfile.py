@@ -125,13 +125,12 @@ class AutoscalerSection:
         from policies.scaling import create_policy
 
         try:
-            config = config_from_mapping(self.for_proxy(group))
-            create_policy(config.policy)
+            create_policy(config_from_mapping(self.for_proxy(group)).policy)
         except ConfigError as exc:
             name = exc.field if exc.field.startswith("autoscaler.") else f"autoscaler.{exc.field}"
             raise ConfigError(name, exc.value, exc.reason) from None
         except ValueError as exc:  # an unknown policy name or a bad policy key
-            raise ConfigError("autoscaler.policy", config.policy, str(exc)) from None
+            raise ConfigError("autoscaler.policy", self.settings.get("policy"), str(exc)) from None
 
 
 def without_address(argv: list[str]) -> list[str]:

@@ -83,14 +83,14 @@ def descendants_of(pid: int) -> list[int]:
     return out
 
 
-def proxy_fleet_file(fleet: UpFleet, backends: list[tuple[str, str]]) -> dict[str, object]:
+def proxy_fleet_file(fleet: UpFleet, backends: list[tuple[str, str]], log_dir: Path) -> dict[str, object]:
     """What `flotilla proxy --config` reads: the policy, the started engines as backends and,
     when one group is autoscaled, the proxy's `autoscaler:` section for it."""
     data: dict[str, object] = {"proxy": {"policy": fleet.policy,
                                          "backends": [{"url": url, "flavor": f} for f, url in backends]}}
     group = fleet.scaled_group()
     if fleet.autoscaler is not None and group is not None:
-        data["autoscaler"] = fleet.autoscaler.for_proxy(group)
+        data["autoscaler"] = fleet.autoscaler.for_proxy(group, log_dir / group.name)
     return data
 
 
@@ -121,7 +121,7 @@ class Fleet:
                 await self._start_group(group, group.replicas)
         backends = [(m.actuator.flavor, m.handle.url) for m in self.engines]
         config = self.log_dir / "proxy-fleet.yaml"
-        config.write_text(yaml.safe_dump(proxy_fleet_file(self.spec, backends), sort_keys=False))
+        config.write_text(yaml.safe_dump(proxy_fleet_file(self.spec, backends, self.log_dir), sort_keys=False))
         actuator = LocalActuator(proxy_command(config), flavor="openai", log_dir=self.log_dir / "proxy")
         handle = await _start_on_port(actuator, port or local.free_port())
         self.members.append(Member("proxy", handle, actuator, actuator.log_dir / f"{handle.replica_id}.log"))
