@@ -32,11 +32,13 @@ async def one_request(session: aiohttp.ClientSession, url: str, body: dict) -> i
 
 
 async def open_loop(session: aiohttp.ClientSession, url: str, body: dict, rps: float, until) -> list[asyncio.Task]:
-    """Send `body` at `rps` (real seconds) until `until()` is true."""
-    tasks = []
+    """Send `body` at `rps` (real seconds) until `until()` is true; on a schedule, so a busy
+    machine sends late requests in a burst rather than fewer of them."""
+    loop = asyncio.get_running_loop()
+    start, tasks = loop.time(), []
     while not until():
         tasks.append(asyncio.create_task(one_request(session, url, body)))
-        await asyncio.sleep(1 / rps)
+        await asyncio.sleep(max(0.0, start + len(tasks) / rps - loop.time()))
     return tasks
 
 
