@@ -3,12 +3,13 @@
 import asyncio
 import collections
 import json
+import sys
 import time
 
 import aiohttp
 
-from proxy.config import RetryConfig, TimeoutConfig
-from tests.proxy.conftest import BackendFactory, ProxyFactory
+from proxy.config import BackendSpec, RetryConfig, TimeoutConfig
+from tests.proxy.conftest import BackendFactory, ProxyFactory, free_port
 
 BODY = {"model": "tiny-llama", "prompt": "hello"}
 
@@ -183,3 +184,44 @@ async def test_burst_of_200_spreads_evenly_over_8_backends(fake_backend: Backend
         counts = await _burst(p.url, 200)
         assert sum(counts.values()) == 200
         assert max(counts.values()) / (200 / 8) <= 1.25, (policy, counts)
+
+
+async def _start_engine_process(port: int) -> asyncio.subprocess.Process:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "fake_engines.vllm.cli", "serve", "llama-3.1-8b", "--served-model-name", "tiny-llama",
+        "--port", str(port), "--startup-seconds", "0", "--warmup-seconds", "0", "--load-gbps", "1000",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    async with aiohttp.ClientSession() as s:
+        for _ in range(600):
+            try:
+                async with s.get(f"http://127.0.0.1:{port}/health") as r:
+                    if r.status == 200:
+                        return proc
+            except aiohttp.ClientError:
+                await asyncio.sleep(0.05)
+    raise AssertionError("engine did not start")
+
+
+async def test_engine_process_killed_mid_stream_and_the_next_request_goes_elsewhere(
+        proxy_for: ProxyFactory) -> None:
+    ports = [free_port(), free_port()]
+    procs = [await _start_engine_process(port) for port in ports]
+    try:
+        p = await proxy_for([BackendSpec(f"http://127.0.0.1:{port}", "vllm") for port in ports], policy="round-robin")
+        body = {"model": "tiny-llama", "prompt": "x", "max_tokens": 2000, "ignore_eos": True, "stream": True}
+        async with aiohttp.ClientSession() as s:
+            async with asyncio.timeout(10):
+                async with s.post(p.url + "/v1/completions", json=body) as r:
+                    victim = ports.index(int(r.headers["x-flotilla-backend"].rsplit(":", 1)[1]))
+                    await r.content.readuntil(b"\n\n")
+                    procs[victim].kill()  # SIGKILL: no goodbye, the kernel just closes its sockets
+                    events = await _sse_events(r)
+            assert json.loads(events[-2])["error"]["type"] == "bad_gateway_error" and events[-1] == "[DONE]"
+            await procs[victim].wait()
+            async with s.post(p.url + "/v1/completions", json={**body, "max_tokens": 4, "stream": False}) as r:
+                assert r.status == 200 and r.headers["x-flotilla-backend"].endswith(str(ports[1 - victim]))
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()

@@ -1,22 +1,15 @@
 """Probes move backends between starting, ready and ejected; the breaker closes again on success."""
 
 import asyncio
-import socket
 
 import aiohttp
 
 from policies.routing.base import BackendState
 from proxy.config import BreakerConfig, HealthConfig
-from tests.proxy.conftest import BackendFactory, FakeBackend, ProxyFactory
+from tests.proxy.conftest import BackendFactory, FakeBackend, ProxyFactory, free_port
 
 SLOW_LOOP = HealthConfig(interval_s=100.0, timeout_s=0.5)  # probes are driven by hand below
 LOADING = b'{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}'
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def test_llama_server_loading_stays_starting_then_becomes_ready(
