@@ -44,17 +44,25 @@ class LoadSample:
     """Every other engine gauge or counter sample, summed over its label sets; by sample name."""
 
 
+KEPT_TYPES = ("gauge", "counter", "untyped")
+"""Histograms and summaries are no routing signal; skipping them halves a vLLM page's parse."""
+
+
 def _engine_lines(text: str) -> str:
     keep = []
+    family, wanted = "", False
     for line in text.splitlines():
-        if line.startswith("#"):
-            parts = line.split(" ", 3)
-            if len(parts) >= 3 and parts[2].startswith(ENGINE_PREFIXES):
+        if line.startswith("# TYPE "):
+            parts = line.split(" ")
+            family = parts[2] if len(parts) >= 4 else ""
+            wanted = family.startswith(ENGINE_PREFIXES) and parts[3] in KEPT_TYPES
+            if wanted:
                 keep.append(line)
         elif line.startswith(ENGINE_PREFIXES):
             name = line.split("{", 1)[0].split(" ", 1)[0]
-            if not name.endswith(("_bucket", "_created")):
-                keep.append(line)
+            in_family = bool(family) and name.startswith(family)
+            if (wanted or not in_family) and not name.endswith("_created"):
+                keep.append(line)  # a sample with no TYPE line of its own is untyped: kept
     return "\n".join(keep) + "\n"
 
 

@@ -61,3 +61,14 @@ def test_legacy_vllm_and_llama_cpp_kv_names_are_understood() -> None:
 def test_a_page_without_engine_metrics_gives_no_signals() -> None:
     s = parse_engine_metrics("# TYPE python_info gauge\npython_info 1.0\n")
     assert s.num_requests_running is None and s.num_requests_waiting is None and s.metrics == {}
+
+
+def test_histograms_are_skipped_but_untyped_samples_kept() -> None:
+    page = ("# TYPE vllm:e2e_request_latency_seconds histogram\n"
+            'vllm:e2e_request_latency_seconds_bucket{le="1.0"} 3.0\n'
+            "vllm:e2e_request_latency_seconds_sum 2.5\n"
+            "vllm:e2e_request_latency_seconds_count 3.0\n"
+            "vllm:num_requests_waiting 4\n")
+    s = parse_engine_metrics(page)
+    assert s.num_requests_waiting == 4.0
+    assert not any("e2e" in name for name in s.metrics)
