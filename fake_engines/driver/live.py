@@ -90,6 +90,10 @@ class DriverObserver(Protocol):
         """A request was aborted and its resources freed."""
         ...
 
+    def on_stopped(self, handle: RequestHandle, now_s: float) -> None:
+        """The server finished a request itself (a stop string matched); resources freed."""
+        ...
+
 
 log = logging.getLogger("fake_engines.driver")
 
@@ -180,6 +184,18 @@ class LiveDriver:
         self.core.abort_request(request_id)
         if self.observer is not None:
             self.observer.on_abort(handle, self.now_s())
+        self._core_has_work = True
+        self._wakeup.set()
+
+    def stop_early(self, request_id: str) -> None:
+        """The server ends a request itself (a stop string matched): free it now, report it finished."""
+        handle = self.handles.pop(request_id, None)
+        if handle is None:
+            return
+        self.core.abort_request(request_id)
+        handle.times.finished_s = self.now_s()
+        if self.observer is not None:
+            self.observer.on_stopped(handle, handle.times.finished_s)
         self._core_has_work = True
         self._wakeup.set()
 

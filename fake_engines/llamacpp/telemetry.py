@@ -49,6 +49,10 @@ class LlamaTelemetry:
         """A cancelled task still adds the tokens it decoded."""
         self._request_done(handle, now_s)
 
+    def on_stopped(self, handle: RequestHandle, now_s: float) -> None:
+        """A stop string ended the task."""
+        self._request_done(handle, now_s)
+
     def _request_done(self, handle: RequestHandle, now_s: float) -> None:
         t = request_timings(handle, now_s)
         self.counters.on_request_done(t.predicted_n, t.predicted_ms / 1e3, handle.request.num_tokens)

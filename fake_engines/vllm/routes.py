@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from aiohttp import web
 
-from fake_engines.core import EngineRequest, RequestOutput, RequestRejected, decode, encode
+from fake_engines.core import EngineRequest, RequestRejected, encode
 from fake_engines.driver.chat import chat_prompt
-from fake_engines.driver.live import RequestHandle
 from fake_engines.driver.serving import json_body, open_sse, send_event
+from fake_engines.vllm import choices as choices_mod
 from fake_engines.vllm import errors, shapes
-from fake_engines.vllm.app import SERVER_KEY, EngineUnit, VllmServer
+from fake_engines.vllm.app import SERVER_KEY, VllmServer
+from fake_engines.vllm.choices import Choice
 from fake_engines.vllm.telemetry import RequestParams
 
 SSE_HEADERS = {"content-type": "text/event-stream; charset=utf-8"}
@@ -50,18 +50,8 @@ class GenerationRequest:
     """stream_options.continuous_usage_stats: usage so far on every chunk."""
     ignore_eos: bool
     """Generate exactly max_tokens."""
-
-
-@dataclass
-class Choice:
-    """One engine request serving one choice of the response."""
-
-    index: int
-    """Choice index in the response."""
-    unit: EngineUnit
-    """The data-parallel engine running it."""
-    handle: RequestHandle
-    """Its outputs and milestones."""
+    stop: list[str]
+    """Stop strings: the text ends before the first one that appears."""
 
 
 def _resolve_model(server: VllmServer, body: dict) -> tuple[str, str | None]:
@@ -112,7 +102,18 @@ def parse_generation(server: VllmServer, body: dict, chat: bool) -> GenerationRe
                              stream=stream, include_usage=_option(options, "include_usage"),
                              continuous_usage=_option(options, "include_usage")
                              and _option(options, "continuous_usage_stats"),
-                             ignore_eos=bool(body.get("ignore_eos")))
+                             ignore_eos=bool(body.get("ignore_eos")), stop=_stop_strings(body))
+
+
+def _stop_strings(body: dict) -> list[str]:
+    stop = body.get("stop")
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        return [stop]
+    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        return stop
+    raise errors.validation_error("string_type", "body.stop", "Input should be a valid string", stop)
 
 
 def _option(options: object, name: str) -> bool:
@@ -151,15 +152,9 @@ def submit(server: VllmServer, req: GenerationRequest) -> list[Choice]:
                 choice.index = p * req.n + sample
                 choices.append(choice)
     except errors.VllmError:
-        abort(choices)
+        choices_mod.abort(choices)
         raise
     return choices
-
-
-def abort(choices: list[Choice]) -> None:
-    """Client gone: free every choice's KV blocks now."""
-    for choice in choices:
-        choice.unit.driver.abort(choice.handle.request.request_id)
 
 
 def _usage(server: VllmServer, req: GenerationRequest, choices: list[Choice], cached: int) -> shapes.Usage:
@@ -180,7 +175,7 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
             return await _stream(request, server, req, choices)
         return await _collect(server, req, choices)
     except (asyncio.CancelledError, ConnectionResetError):
-        abort(choices)
+        choices_mod.abort(choices)
         raise
 
 
@@ -195,48 +190,27 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def _collect(server: VllmServer, req: GenerationRequest, choices: list[Choice]) -> web.Response:
-    texts, reasons, cached = {}, {}, 0
-    async for index, out in _merged(choices):
-        texts[index] = texts.get(index, "") + decode(list(out.new_token_ids))
-        if out.finished:
-            reasons[index] = out.finish_reason.value if out.finish_reason else "stop"
-            cached += out.num_cached_tokens if index % req.n == 0 else 0
+    texts, ends, cached = {}, {}, 0
+    async for delta in choices_mod.deltas(choices, req.stop):
+        texts[delta.index] = texts.get(delta.index, "") + delta.text
+        if delta.finish_reason is not None:
+            ends[delta.index] = (delta.finish_reason, delta.stop_reason)
+            cached += delta.cached_tokens if delta.index % req.n == 0 else 0
     usage = _usage(server, req, choices, cached)
     rid, created = shapes.new_id("chatcmpl" if req.chat else "cmpl"), int(time.time())
     build = shapes.chat_body if req.chat else shapes.completion_body
-    body = build(rid, created, req.model, texts.get(0, ""), reasons.get(0, "stop"), usage)
-    body["choices"] = [{**body["choices"][0], **_choice_fields(req, texts.get(i, ""), reasons.get(i, "stop")),
+    body = build(rid, created, req.model, "", "stop", usage)
+    body["choices"] = [{**body["choices"][0], **_choice_fields(req, texts.get(i, ""), *ends.get(i, ("stop", None))),
                         "index": i} for i in range(len(choices))]
     return json_body(body)
 
 
-def _choice_fields(req: GenerationRequest, text: str, reason: str) -> dict:
+def _choice_fields(req: GenerationRequest, text: str, reason: str, stop_reason: str | None) -> dict:
     if req.chat:
         message = {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
                    "function_call": None, "reasoning": None}
-        return {"message": message, "finish_reason": reason}
-    return {"text": text, "finish_reason": reason}
-
-
-async def _merged(choices: list[Choice]) -> AsyncIterator[tuple[int, RequestOutput]]:
-    """Outputs of every choice as they come, tagged with the choice index."""
-    queue: asyncio.Queue = asyncio.Queue()
-
-    async def pump(choice: Choice) -> None:
-        async for out in choice.handle.outputs():
-            queue.put_nowait((choice.index, out))
-
-    tasks = [asyncio.create_task(pump(c)) for c in choices]
-    try:
-        for _ in range(len(choices)):
-            while True:
-                index, out = await queue.get()
-                yield index, out
-                if out.finished:
-                    break
-    finally:
-        for task in tasks:
-            task.cancel()
+        return {"message": message, "finish_reason": reason, "stop_reason": stop_reason}
+    return {"text": text, "finish_reason": reason, "stop_reason": stop_reason}
 
 
 async def _stream(request: web.Request, server: VllmServer, req: GenerationRequest,
@@ -245,20 +219,20 @@ async def _stream(request: web.Request, server: VllmServer, req: GenerationReque
     response = await open_sse(request, SSE_HEADERS)
     started: set[int] = set()
     cached = 0
-    async for index, out in _merged(choices):
-        if not out.new_token_ids and not out.finished:
+    async for delta in choices_mod.deltas(choices, req.stop):
+        if not delta.has_tokens and delta.finish_reason is None:
             continue  # a prefill chunk that did not finish the prompt sends nothing
-        if req.chat and index not in started:
-            await send_event(response, _indexed(shapes.chat_role_chunk(rid, created, req.model), index))
-            started.add(index)
-        reason = out.finish_reason.value if out.finished and out.finish_reason else None
+        if req.chat and delta.index not in started:
+            await send_event(response, _indexed(shapes.chat_role_chunk(rid, created, req.model), delta.index))
+            started.add(delta.index)
         chunk = shapes.chat_chunk if req.chat else shapes.completion_chunk
-        event = _indexed(chunk(rid, created, req.model, decode(list(out.new_token_ids)), reason), index)
+        event = _indexed(chunk(rid, created, req.model, delta.text, delta.finish_reason, delta.stop_reason),
+                         delta.index)
         if req.continuous_usage:
             event["usage"] = _usage(server, req, choices, cached).body(False)
         await send_event(response, event)
-        if out.finished and index % req.n == 0:
-            cached += out.num_cached_tokens
+        if delta.finish_reason is not None and delta.index % req.n == 0:
+            cached += delta.cached_tokens
     if req.include_usage:
         obj = "chat.completion.chunk" if req.chat else "text_completion"
         await send_event(response, shapes.usage_chunk(rid, obj, created, req.model,

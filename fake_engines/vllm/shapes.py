@@ -43,28 +43,31 @@ SYSTEM_FINGERPRINT = f"vllm-{VLLM_VERSION}-{secrets.token_hex(4)}"
 _TAIL = {"kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
 
 
-def completion_body(rid: str, created: int, model: str, text: str, finish_reason: str, usage: Usage) -> dict:
+def completion_body(rid: str, created: int, model: str, text: str, finish_reason: str, usage: Usage,
+                    stop_reason: str | None = None) -> dict:
     """Non-streaming /v1/completions response."""
-    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": None,
+    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": stop_reason,
               "token_ids": None, "prompt_logprobs": None, "prompt_token_ids": None, "routed_experts": None}
     return {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": [choice],
             "service_tier": None, "system_fingerprint": SYSTEM_FINGERPRINT, "usage": usage.body(True), **_TAIL}
 
 
-def chat_body(rid: str, created: int, model: str, text: str, finish_reason: str, usage: Usage) -> dict:
+def chat_body(rid: str, created: int, model: str, text: str, finish_reason: str, usage: Usage,
+              stop_reason: str | None = None) -> dict:
     """Non-streaming /v1/chat/completions response."""
     message = {"role": "assistant", "content": text, "refusal": None, "annotations": None, "audio": None,
                "function_call": None, "reasoning": None}
     choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason,
-              "stop_reason": None, "token_ids": None, "routed_experts": None}
+              "stop_reason": stop_reason, "token_ids": None, "routed_experts": None}
     return {"id": rid, "object": "chat.completion", "created": created, "model": model, "choices": [choice],
             "service_tier": None, "system_fingerprint": SYSTEM_FINGERPRINT, "usage": usage.body(True),
             "prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None, **_TAIL}
 
 
-def completion_chunk(rid: str, created: int, model: str, text: str, finish_reason: str | None) -> dict:
+def completion_chunk(rid: str, created: int, model: str, text: str, finish_reason: str | None,
+                     stop_reason: str | None = None) -> dict:
     """One streamed /v1/completions event; finish_reason rides on the last text chunk."""
-    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": None,
+    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": stop_reason,
               "prompt_token_ids": None, "token_ids": None}
     return {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": [choice]}
 
@@ -76,11 +79,12 @@ def chat_role_chunk(rid: str, created: int, model: str) -> dict:
             "prompt_token_ids": None, "prompt_text": None}
 
 
-def chat_chunk(rid: str, created: int, model: str, text: str, finish_reason: str | None) -> dict:
+def chat_chunk(rid: str, created: int, model: str, text: str, finish_reason: str | None,
+               stop_reason: str | None = None) -> dict:
     """A chat content event; the last one carries finish_reason and stop_reason."""
     choice: dict = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": finish_reason}
     if finish_reason is not None:
-        choice["stop_reason"] = None
+        choice["stop_reason"] = stop_reason
     choice["token_ids"] = None
     return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [choice]}
 

@@ -52,6 +52,13 @@ class VllmTelemetry:
         self._record_lora(stats)
         self._last = stats
 
+    def on_stopped(self, handle: RequestHandle, now_s: float) -> None:
+        """A stop string finished the request: vLLM counts it as finished with reason stop."""
+        stats = self.core.stats()
+        self.metrics.record_step(self._delta_record(stats, iteration_tokens=0, ttfts=[], itls=[]), self.engine)
+        self._last = stats
+        self._finish(handle, FinishReason.STOP)
+
     def _step_record(self, report: StepReport, stats: SchedulerStats) -> StepRecord:
         ttfts = [report.finished_s - report.handles[o.request_id].times.arrival_s
                  for o in report.outputs if o.is_first_token and o.request_id in report.handles]

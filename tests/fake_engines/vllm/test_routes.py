@@ -167,3 +167,17 @@ def test_continuous_usage_stats_put_usage_so_far_on_every_chunk(engine):
                                             extra_body={"ignore_eos": True}))
     assert [c.usage.completion_tokens for c in chunks] == [1, 2, 3, 3]
     assert all(c.usage.prompt_tokens == 4 for c in chunks)
+
+
+def test_stop_string_cuts_the_text_finishes_with_stop_and_counts_a_stop_success(engine):
+    request = {"model": "tiny-llama", "prompt": "abcd" * 4, "max_tokens": 200, "ignore_eos": True, "stop": [" "]}
+    before = fetch_text(engine.base_url)
+    _, body = _post(engine.base_url, "/v1/completions", json.dumps(request).encode())
+    after = fetch_text(engine.base_url)
+    choice = body["choices"][0]
+    # every generated token is a 3-letter word and a space: the first token already holds the stop string
+    assert (choice["finish_reason"], choice["stop_reason"], len(choice["text"])) == ("stop", " ", 3)
+    assert body["usage"]["completion_tokens"] == 1
+    stops = [value(t, "vllm:request_success_total", finished_reason="stop") for t in (before, after)]
+    assert stops[1] - stops[0] == 1
+    assert value(after, "vllm:num_requests_running") == 0
