@@ -14,7 +14,7 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 demo: install
-	$(BIN)/flotilla plan fit --model llama-3.1-70b --users 32 --context 8192
+	$(BIN)/flotilla up --demo
 
 test: install
 	./scripts/ensure-prometheus.sh
