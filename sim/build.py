@@ -22,6 +22,7 @@ from fake_engines.perf.catalogue import load_catalogue
 from loadgen.prompts import PromptBuilder
 from loadgen.trace import TraceRequest
 from sim.fleet import JobFactory, ReplicaFactory
+from sim.prompt_ids import prompt_token_ids
 from sim.replicas import CoreReplica, FixedReplica, Listener, SimJob
 
 ENGINES = ("vllm", "llamacpp", "fixed")
@@ -107,7 +108,11 @@ def job_factory(spec: EngineSpec, builder: PromptBuilder | None = None) -> JobFa
     def make(req: TraceRequest, index: int) -> SimJob:
         job = SimJob(index=index, arrival_s=req.timestamp_s, output_len=max(1, req.output_length),
                      service_time_s=req.service_time_s or 0.0, lora=req.lora)
-        if spec.kind != "fixed":
+        if spec.kind == "fixed":
+            return job
+        if type(builder) is PromptBuilder:  # the ids its text encodes to, without the text
+            job.prompt_token_ids = prompt_token_ids(req, index, builder.namespace)
+        else:
             job.prompt_token_ids = encode(builder.build(req, index))
         return job
 

@@ -40,8 +40,8 @@ def hash_block_chain(parent_hash: bytes | None, token_ids: list[int], block_size
                      lora: str | None) -> list[bytes]:
     """`hash_block_tokens` of each full block of `token_ids`, chained from `parent_hash`.
 
-    The payload text is built once for the whole run of blocks: it is exactly
-    `repr((tuple(block), lora))`, since str(int) == repr(int) and a tuple's repr joins with ", "."""
+    Every payload is exactly `repr((tuple(block), lora))`, since str(int) == repr(int) and a
+    tuple's repr joins with ", "; the decimal text of each token id is computed once."""
     digits = list(map(_DECIMAL.__getitem__, token_ids[:len(token_ids) - len(token_ids) % block_size]))
     tail = ("), " if block_size > 1 else ",), ") + repr(lora) + ")"
     parent = parent_hash or NONE_HASH

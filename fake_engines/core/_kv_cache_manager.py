@@ -45,9 +45,12 @@ class KVCacheManager:
         size = self.block_size
         if (len(hashes) + 1) * size > request.num_tokens:
             return hashes  # no new full block: skip copying the token list (hot on every decode)
-        tokens = request.all_token_ids
+        start, prompt = len(hashes) * size, request.prompt_token_ids
+        # only the unhashed tail: copying a long prompt on every filled output block adds up
+        tail = prompt[start:] + request.output_token_ids if start < len(prompt) \
+            else request.output_token_ids[start - len(prompt):]
         parent = hashes[-1] if hashes else None
-        hashes.extend(hash_block_chain(parent, tokens[len(hashes) * size:], size, request.lora))
+        hashes.extend(hash_block_chain(parent, tail, size, request.lora))
         return hashes
 
     def get_computed_blocks(self, request: EngineRequest) -> tuple[list[KVCacheBlock], int]:
