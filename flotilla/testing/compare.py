@@ -154,8 +154,8 @@ async def compare_policies(factory: FleetFactory, policies: Sequence[str], workl
     """Run `workload` through a fresh fleet per policy, on identical arrivals.
 
     `options` mix fleet settings (engines, flavor, model, gpu, time_scale, engine_options, ...)
-    and replay options (max_requests, duration_s, slo, seed, endpoint, ...); each fleet is
-    closed once its replay is done."""
+    and replay options (max_requests, duration_s, slo, endpoint, ...); `seed` seeds both the
+    fleet and a synthetic workload. Each fleet is closed once its replay is done."""
     fleet_settings, replay_settings = _split(options)
     opts = ReplayOptions.from_kwargs(**replay_settings)
     requests = load_workload(workload, opts)
