@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -12,6 +13,7 @@ from fake_engines.core import EngineRequest, RequestRejected, decode, encode
 from fake_engines.driver.chat import chat_prompt
 from fake_engines.driver.live import RequestHandle
 from fake_engines.driver.serving import json_body, open_sse, send_event
+from fake_engines.driver.stops import cut_at_stop
 from fake_engines.llamacpp import shapes
 from fake_engines.llamacpp.app import SERVER_KEY, LlamaServer
 from fake_engines.llamacpp.errors import LlamaError, max_tokens, parse_json, typed
@@ -40,6 +42,22 @@ class LlamaRequest:
     """Generate exactly n_predict."""
     lora: list[dict]
     """[{"id", "scale"}] in force for this request."""
+    stop: list[str]
+    """Stop strings: generation ends before the first one that appears."""
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Text a request produced in one step, after stop strings."""
+
+    text: str
+    """New text."""
+    token_ids: list[int]
+    """Tokens of this step."""
+    reason: str | None
+    """length / stop when this is the request's last piece."""
+    stopping_word: str
+    """The stop string that ended the request, else ""."""
 
 
 def _prompt(body: dict, kind: str) -> str | list[int]:
@@ -79,7 +97,14 @@ def parse_request(server: LlamaServer, body: dict, kind: str) -> LlamaRequest:
     options = body.get("stream_options") or {}
     return LlamaRequest(kind=kind, prompt_ids=ids, prompt_text=text, n_predict=n_predict, stream=stream,
                         include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
-                        ignore_eos=bool(body.get("ignore_eos")), lora=_lora(server, body))
+                        ignore_eos=bool(body.get("ignore_eos")), lora=_lora(server, body), stop=_stops(body))
+
+
+def _stops(body: dict) -> list[str]:
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        return [stop]
+    return [s for s in stop if isinstance(s, str)] if isinstance(stop, list) else []
 
 
 def _lora_key(lora: list[dict]) -> str | None:
@@ -128,35 +153,49 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return await _handle(request, "chat")
 
 
-def _finish(server: LlamaServer, handle: RequestHandle, reason) -> tuple[str, dict, shapes.Timings]:
+async def _pieces(server: LlamaServer, req: LlamaRequest, handle: RequestHandle) -> AsyncIterator[Piece]:
+    """The request's text step by step; a matched stop string ends the task at once."""
+    sent = ""
+    async for out in handle.outputs():
+        new, stop = cut_at_stop(sent, decode(list(out.new_token_ids)), req.stop)
+        sent += new
+        if stop is not None:
+            server.driver.stop_early(handle.request.request_id)
+            yield Piece(new, list(out.new_token_ids), "stop", stop)
+            return
+        reason = (out.finish_reason.value if out.finish_reason else "stop") if out.finished else None
+        yield Piece(new, list(out.new_token_ids), reason, "")
+
+
+def _finish(server: LlamaServer, handle: RequestHandle) -> tuple[dict, shapes.Timings]:
     request = handle.request
     timings = request_timings(handle, server.driver.now_s())
     use = shapes.usage(request.num_prompt_tokens, len(request.output_token_ids), timings.cache_n)
-    return (reason.value if reason else "stop"), use, timings
+    return use, timings
 
 
-def _native_final(server: LlamaServer, req: LlamaRequest, handle: RequestHandle, reason: str,
+def _native_final(server: LlamaServer, req: LlamaRequest, handle: RequestHandle, last: Piece,
                   timings: shapes.Timings, content: str) -> dict:
     request = handle.request
     settings = shapes.generation_settings(req.n_predict, req.stream, req.lora)
     slot = next((s.id for s in server.driver.core.stats().slots if s.request_id == request.request_id), -1)
-    stop_type = "limit" if reason == "length" else "eos"
+    stop_type = "word" if last.stopping_word else "limit" if last.reason == "length" else "eos"
     return shapes.native_final(server.config.model_id, req.prompt_text, slot, len(request.output_token_ids),
-                               request.num_prompt_tokens, timings.cache_n, stop_type, settings, timings, content)
+                               request.num_prompt_tokens, timings.cache_n, stop_type, settings, timings, content,
+                               last.stopping_word)
 
 
 async def _collect(server: LlamaServer, req: LlamaRequest, handle: RequestHandle) -> web.Response:
-    tokens: list[int] = []
-    last = None
-    async for out in handle.outputs():
-        tokens.extend(out.new_token_ids)
-        last = out
-    reason, use, timings = _finish(server, handle, last.finish_reason if last else None)
-    text, model, created = decode(tokens), server.config.model_id, int(time.time())
+    text, last = "", Piece("", [], "stop", "")
+    async for piece in _pieces(server, req, handle):
+        text += piece.text
+        last = piece
+    use, timings = _finish(server, handle)
+    model, created = server.config.model_id, int(time.time())
     if req.kind == "native":
-        return json_body(_native_final(server, req, handle, reason, timings, text))
+        return json_body(_native_final(server, req, handle, last, timings, text))
     build = shapes.chat_body if req.kind == "chat" else shapes.completion_body
-    return json_body(build(shapes.new_id(), created, model, text, reason, use, timings))
+    return json_body(build(shapes.new_id(), created, model, text, last.reason or "stop", use, timings))
 
 
 async def _stream(request: web.Request, server: LlamaServer, req: LlamaRequest,
@@ -166,32 +205,33 @@ async def _stream(request: web.Request, server: LlamaServer, req: LlamaRequest,
     if req.kind == "chat":
         await send_event(response, shapes.chat_chunk(rid, created, model, {"role": "assistant", "content": None},
                                                      None))
-    last, predicted = None, 0
-    async for out in handle.outputs():
-        last = out
-        if not out.new_token_ids:
+    last, predicted = Piece("", [], "stop", ""), 0
+    async for piece in _pieces(server, req, handle):
+        last = piece
+        if not piece.token_ids:
             continue
-        predicted += len(out.new_token_ids)
-        text = decode(list(out.new_token_ids))
-        await send_event(response, _token_event(req, rid, created, model, text, out, predicted))
-    reason, use, timings = _finish(server, handle, last.finish_reason if last else None)
-    for event in _closing_events(server, req, handle, rid, created, model, reason, use, timings):
+        predicted += len(piece.token_ids)
+        if piece.text or not piece.stopping_word:
+            await send_event(response, _token_event(req, rid, created, model, piece, predicted))
+    use, timings = _finish(server, handle)
+    for event in _closing_events(server, req, handle, rid, created, model, last, use, timings):
         await send_event(response, event)
     await response.write_eof()
     return response
 
 
-def _token_event(req: LlamaRequest, rid: str, created: int, model: str, text: str, out, predicted: int) -> dict:
+def _token_event(req: LlamaRequest, rid: str, created: int, model: str, piece: Piece, predicted: int) -> dict:
     if req.kind == "chat":
-        return shapes.chat_chunk(rid, created, model, {"content": text}, None)
+        return shapes.chat_chunk(rid, created, model, {"content": piece.text}, None)
     if req.kind == "completion":
-        return shapes.completion_chunk(rid, created, model, text, None)
-    return shapes.native_chunk(text, list(out.new_token_ids), predicted, len(req.prompt_ids))
+        return shapes.completion_chunk(rid, created, model, piece.text, None)
+    return shapes.native_chunk(piece.text, piece.token_ids, predicted, len(req.prompt_ids))
 
 
-def _closing_events(server, req, handle, rid, created, model, reason, use, timings) -> list:
+def _closing_events(server, req, handle, rid, created, model, last: Piece, use, timings) -> list:
+    reason = last.reason or "stop"
     if req.kind == "native":
-        return [_native_final(server, req, handle, reason, timings, "")]
+        return [_native_final(server, req, handle, last, timings, "")]
     if req.kind == "completion":
         return [shapes.completion_final_chunk(rid, created, model, reason, use, timings), "[DONE]"]
     finish = shapes.chat_chunk(rid, created, model, {}, reason)

@@ -99,12 +99,12 @@ def generation_settings(n_predict: int, stream: bool, lora: list, seed: int = 42
 
 
 def native_final(model: str, prompt: str, slot: int, predicted: int, evaluated: int, cached: int,
-                 stop_type: str, settings: dict, timings: Timings, content: str) -> dict:
+                 stop_type: str, settings: dict, timings: Timings, content: str, stopping_word: str = "") -> dict:
     """/completion's last object (or whole body): stop true, counts, settings, timings."""
     return {"index": 0, "content": content, "tokens": [], "id_slot": slot, "stop": True, "model": model,
             "tokens_predicted": predicted, "tokens_evaluated": evaluated, "generation_settings": settings,
             "prompt": prompt, "has_new_line": False, "truncated": False, "stop_type": stop_type,
-            "stopping_word": "", "tokens_cached": evaluated + predicted - 1 if predicted else evaluated,
+            "stopping_word": stopping_word, "tokens_cached": evaluated + predicted - 1 if predicted else evaluated,
             "timings": timings.body()}
 
 

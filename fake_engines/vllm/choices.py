@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from fake_engines.core import decode
 from fake_engines.driver.live import RequestHandle
+from fake_engines.driver.stops import cut_at_stop
 from fake_engines.vllm.app import EngineUnit
 
 
@@ -51,17 +52,6 @@ def abort(choices: list[Choice]) -> None:
     """Client gone: free every choice's KV blocks now."""
     for choice in choices:
         choice.unit.driver.abort(choice.handle.request.request_id)
-
-
-def cut_at_stop(sent: str, new: str, stops: list[str]) -> tuple[str, str | None]:
-    """The part of `new` to send and the stop string that ends the text, if one now appears."""
-    text = sent + new
-    hits = [(text.find(stop, max(len(sent) - len(stop) + 1, 0)), stop) for stop in stops if stop]
-    hits = [(pos, stop) for pos, stop in hits if pos >= 0]
-    if not hits:
-        return new, None
-    pos, stop = min(hits)
-    return text[len(sent):max(pos, len(sent))], stop
 
 
 async def _pump(choice: Choice, stops: list[str], queue: asyncio.Queue) -> None:

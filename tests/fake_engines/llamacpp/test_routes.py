@@ -279,3 +279,15 @@ async def test_slots_fail_on_no_slot_answers_503_only_when_every_slot_is_busy():
     finally:
         await running.close()
     assert status == 503
+
+
+def test_stop_string_ends_the_task_with_stop_and_the_stopping_word(engine):
+    body = json.dumps({"prompt": "abcd" * 4, "n_predict": 100, "ignore_eos": True, "stop": [" "]}).encode()
+    status, native = _post(engine.base_url, "/completion", body)
+    assert status == 200 and (native["stop_type"], native["stopping_word"]) == ("word", " ")
+    assert len(native["content"]) == 3 and native["tokens_predicted"] == 1
+    _, chat = _post(engine.base_url, "/v1/chat/completions", json.dumps(
+        {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100, "stop": " "}).encode())
+    assert chat["choices"][0]["finish_reason"] == "stop" and len(chat["choices"][0]["message"]["content"]) == 3
+    slots = json.loads(fetch_text(engine.base_url, "/slots"))
+    assert not any(s["is_processing"] for s in slots)
