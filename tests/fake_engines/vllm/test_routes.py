@@ -117,6 +117,13 @@ def test_unknown_path_and_wrong_method_answer_like_fastapi(engine):
         assert err.value.code == code and json.loads(err.value.read()) == {"detail": detail}
 
 
+def test_head_health_is_405_allowing_get(engine):
+    req = urllib.request.Request(engine.base_url + "/health", method="HEAD")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=10)
+    assert err.value.code == 405 and err.value.headers["allow"] == "GET"
+
+
 def test_tokenize_and_detokenize_round_trip(engine):
     status, body = _post(engine.base_url, "/tokenize", json.dumps({"prompt": "Hello world, the quick"}).encode())
     assert status == 200 and body["count"] == 6 and body["max_model_len"] == 2048 and body["token_strs"] is None
