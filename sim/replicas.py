@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from fake_engines.core import EngineCore, EngineRequest, RequestOutput, ScheduledStep
 from fake_engines.perf.batch import StepBatch
 from sim.events import Event, EventQueue, Phase, instant
+from sim.grid import step_ends_s
 
 
 @dataclass
@@ -166,10 +167,7 @@ class CoreReplica:
             return []
         assert self.decode_run_time is not None
         first, context_step = core.decode_run_batch()
-        end_s, t = [], now_s
-        for duration_s in self.decode_run_time(first, context_step, num_steps):
-            t = round(t + duration_s, 9)  # events.instant, inlined: the grid a step-by-step run lands on
-            end_s.append(t)
+        end_s = step_ends_s(now_s, self.decode_run_time(first, context_step, num_steps))
         run = self._run = _DecodeRun(end_s, [self.jobs[r.request_id] for r in core.running])
         self.in_flight_steps += 1
         self.next_launch_s = end_s[-1]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fake_engines.core._generator import next_token_id
+from fake_engines.core._generator import next_token_ids
 from fake_engines.core._request import EngineRequest
 from fake_engines.perf.batch import StepBatch
 
@@ -101,12 +101,15 @@ def apply_decode_steps(sched: VllmScheduler, num_steps: int) -> None:
     starts = [r.num_tokens for r in running]
     events = _pool_events(running, kv.block_size, num_steps)
     for request in running:
-        stream = sched._streams[request.request_id]
-        request.output_token_ids.extend(next_token_id(stream) for _ in range(num_steps))
+        request.output_token_ids.extend(next_token_ids(sched._streams[request.request_id], num_steps))
     for step, pos in events:
         request = running[pos]
-        request.num_computed_tokens = starts[pos] + step - 1
-        kv.allocate_slots(request, 1)
+        num_tokens = starts[pos] + step  # held when step `step` is scheduled
+        if num_tokens % kv.block_size == 1 or kv.block_size == 1:  # the token opens a block
+            request.num_computed_tokens = num_tokens - 1
+            kv.allocate_slots(request, 1)
+        else:  # it fills one: all allocate_slots would do is cache the block
+            kv.cache_full_blocks(request, num_tokens)
     for request, start in zip(running, starts, strict=True):
         request.num_computed_tokens = start + num_steps - 1
     sched._next_step_id += num_steps

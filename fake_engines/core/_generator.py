@@ -31,6 +31,22 @@ def next_token_id(stream: random.Random) -> int:
     return stream.choice(VOCAB_WORD_IDS)
 
 
+def next_token_ids(stream: random.Random, count: int) -> list[int]:
+    """`count` draws of `next_token_id`, in one loop: `Random.choice` inlined (a draw of
+    bit_length(n) bits, redrawn while out of range), so the stream advances identically."""
+    words = VOCAB_WORD_IDS
+    n = len(words)
+    bits = n.bit_length()
+    getrandbits = stream.getrandbits
+    out = []
+    for _ in range(count):
+        r = getrandbits(bits)
+        while r >= n:
+            r = getrandbits(bits)
+        out.append(words[r])
+    return out
+
+
 @dataclass
 class OutputLengthSampler:
     """Draws how many tokens a request generates before EOS, from a seeded geometric distribution."""

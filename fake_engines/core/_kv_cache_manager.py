@@ -92,10 +92,11 @@ class KVCacheManager:
         req_blocks.extend(computed)
         new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
         req_blocks.extend(new_blocks)
-        self._cache_full_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
+        self.cache_full_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
         return new_blocks
 
-    def _cache_full_blocks(self, request: EngineRequest, num_tokens: int) -> None:
+    def cache_full_blocks(self, request: EngineRequest, num_tokens: int) -> None:
+        """Record the hashes of the request's blocks filled by its first `num_tokens` tokens."""
         if not self.enable_caching:
             return
         rid = request.request_id

@@ -39,3 +39,15 @@ def test_mean_below_one_token_is_rejected_naming_the_field():
         assert err.field == "mean_output_tokens"
     else:
         raise AssertionError("expected ConfigError")
+
+
+def test_drawing_many_tokens_at_once_matches_drawing_them_one_by_one() -> None:
+    import random
+
+    from fake_engines.core._generator import next_token_ids
+
+    for seed in range(50):
+        bulk, single = random.Random(seed), random.Random(seed)
+        count = seed * 7
+        assert next_token_ids(bulk, count) == [next_token_id(single) for _ in range(count)]
+        assert bulk.random() == single.random()  # both streams left in the same state
