@@ -93,6 +93,8 @@ def build_payload(req: TraceRequest, prompt: str, model: str, cfg: RunnerConfig)
         body["ignore_eos"] = True
     if req.priority is not None:
         body["priority"] = req.priority
+    if req.session_id is not None:
+        body["user"] = req.session_id  # OpenAI's end-user id: the router's session key
     return body
 
 
