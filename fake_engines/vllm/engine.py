@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from fake_engines.core import VllmScheduler, VllmSchedulerConfig
-from fake_engines.perf import coldstart, kv_cache, step_time
+from fake_engines.perf import coldstart, kv_cache, lora, step_time
 from fake_engines.perf.batch import Layout, StepBatch
 from fake_engines.perf.catalogue import CatalogueError, GpuSpec, ModelSpec, load_catalogue, model_from_shape
 from fake_engines.vllm.config import ServeConfigError, VllmServeConfig, default_batch_limits
@@ -91,11 +91,22 @@ def dtype_bytes_of(config: VllmServeConfig) -> int:
     return max(1, round(config.weight_bits / 8))
 
 
+def lora_reserve_bytes(config: VllmServeConfig, model: ModelSpec, layout: Layout) -> float:
+    """GPU memory vLLM sets aside for --max-loras adapters at --max-lora-rank (0 without --enable-lora)."""
+    if not config.enable_lora or not (model.hidden and model.heads and model.intermediate):
+        return 0.0
+    modules = lora.llama_modules(model.hidden, model.intermediate, model.heads, model.kv_heads, model.head_dim,
+                                 experts=model.experts)
+    shape = lora.LoraShape(modules, max(1, model.layers // layout.pp))
+    return lora.vllm_adapter_buffer_bytes_per_gpu(shape, config.max_loras, config.max_lora_rank, layout.tp)
+
+
 def _capacity_blocks(config: VllmServeConfig, model: ModelSpec, gpu: GpuSpec, layout: Layout,
                      dtype_bytes: int) -> int:
+    reserve_gb = kv_cache.ACTIVATION_RESERVE_GB + lora_reserve_bytes(config, model, layout) / 1e9
     try:
         return kv_cache.kv_cache_blocks(model, gpu, layout, config.gpu_memory_utilization,
-                                        config.resolved_block_size, dtype_bytes)
+                                        config.resolved_block_size, dtype_bytes, reserve_gb)
     except kv_cache.KvCacheMemoryError as exc:
         raise ModelDoesNotFit(f"ValueError: {exc}") from None
 

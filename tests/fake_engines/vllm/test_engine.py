@@ -61,3 +61,15 @@ def test_an_explicit_shape_sizes_like_the_same_catalogue_model():
     assert explicit.num_gpu_blocks == _size()[1].num_gpu_blocks
     with pytest.raises(ServeConfigError, match="--kv-heads"):
         VllmServeConfig(model="x", model_shape={"params": 1e9, "layers": 4})
+
+
+def test_lora_buffers_take_kv_blocks_as_max_loras_and_rank_grow():
+    from fake_engines.vllm.engine import lora_reserve_bytes
+
+    plain = _size()[1].num_gpu_blocks
+    config, small = _size(enable_lora=True, max_loras=1, max_lora_rank=16)
+    big_config, big = _size(enable_lora=True, max_loras=8, max_lora_rank=64)
+    assert plain > small.num_gpu_blocks > big.num_gpu_blocks
+    block_bytes = 16 * 2 * 32 * 8 * 128 * 2  # tokens x (K, V) x layers x kv heads x head dim x bf16
+    reserve = lora_reserve_bytes(big_config, big.model, big.layout)
+    assert plain - big.num_gpu_blocks == pytest.approx(reserve / block_bytes, abs=1)
