@@ -291,3 +291,36 @@ def test_stop_string_ends_the_task_with_stop_and_the_stopping_word(engine):
     assert chat["choices"][0]["finish_reason"] == "stop" and len(chat["choices"][0]["message"]["content"]) == 3
     slots = json.loads(fetch_text(engine.base_url, "/slots"))
     assert not any(s["is_processing"] for s in slots)
+
+
+def _write_tiny_gguf(path) -> None:
+    """The captured tiny model's metadata: 2 layers, 64 wide, 512 tokens, 164160 F32 parameters."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), "llama")
+    for add, value in ((writer.add_block_count, 2), (writer.add_context_length, 2048),
+                       (writer.add_embedding_length, 64), (writer.add_head_count, 4), (writer.add_head_count_kv, 2),
+                       (writer.add_key_length, 32), (writer.add_file_type, 0)):
+        add(value)
+    writer.add_token_list([f"t{i}" for i in range(512)])
+    writer.add_tensor("weights", np.zeros(164160, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+async def test_a_real_gguf_is_described_in_v1_models_as_captured(tmp_path):
+    path = tmp_path / "tiny.gguf"
+    _write_tiny_gguf(path)
+    running, base = await _served(_config(model=str(path)))
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(base + "/v1/models") as resp:
+                card = (await resp.json())["data"][0]
+    finally:
+        await running.close()
+    captured = json.loads((CAPTURES / "004_v1_models.http").read_text().split("\n\n", 1)[1])["data"][0]
+    assert card["meta"] == captured["meta"]
+    assert card["id"] == str(path) and card["owned_by"] == "llamacpp"
