@@ -299,10 +299,10 @@ def _write_tiny_gguf(path) -> None:
     from gguf import GGUFWriter
 
     writer = GGUFWriter(str(path), "llama")
-    for add, value in ((writer.add_block_count, 2), (writer.add_context_length, 2048),
+    for add, field in ((writer.add_block_count, 2), (writer.add_context_length, 2048),
                        (writer.add_embedding_length, 64), (writer.add_head_count, 4), (writer.add_head_count_kv, 2),
                        (writer.add_key_length, 32), (writer.add_file_type, 0)):
-        add(value)
+        add(field)
     writer.add_token_list([f"t{i}" for i in range(512)])
     writer.add_tensor("weights", np.zeros(164160, dtype=np.float32))
     writer.write_header_to_file()
