@@ -78,6 +78,17 @@ class FreeBlockQueue:
         """Take the least recently freed block."""
         return self._blocks.popitem(last=False)[1]
 
+    def take(self, num_blocks: int) -> list[KVCacheBlock]:
+        """Take the `num_blocks` least recently freed blocks, oldest first."""
+        pop = self._blocks.popitem
+        return [pop(last=False)[1] for _ in range(num_blocks)]
+
+    def extend(self, blocks: list[KVCacheBlock]) -> None:
+        """Append just-freed blocks in this order."""
+        queue = self._blocks
+        for block in blocks:
+            queue[block.block_id] = block
+
     def append(self, block: KVCacheBlock) -> None:
         """Put a just-freed block at the most-recently-used end."""
         self._blocks[block.block_id] = block
@@ -122,12 +133,11 @@ class BlockPool:
         """Take blocks from the LRU end, evicting their cached contents; ValueError if too few are free."""
         if num_blocks > self.get_num_free_blocks():
             raise ValueError(f"cannot get {num_blocks} free blocks from the pool")
-        taken = []
-        for _ in range(num_blocks):
-            block = self.free_block_queue.popleft()
-            self._evict(block)
+        taken = self.free_block_queue.take(num_blocks)
+        for block in taken:
+            if block.block_hash is not None:
+                self._evict(block)
             block.ref_cnt = 1
-            taken.append(block)
         return taken
 
     def _evict(self, block: KVCacheBlock) -> None:
@@ -151,9 +161,21 @@ class BlockPool:
         block.block_hash = block_hash
         self.cached_block_hash_to_block.setdefault(block_hash, block)
 
+    def cache_full_blocks(self, blocks: list[KVCacheBlock], block_hashes: list[bytes]) -> None:
+        """`cache_full_block` of each block with its hash, in order."""
+        if not self.enable_caching:
+            return
+        cached = self.cached_block_hash_to_block
+        for block, block_hash in zip(blocks, block_hashes, strict=True):
+            if block.block_hash is None:
+                block.block_hash = block_hash
+                cached.setdefault(block_hash, block)
+
     def free_blocks(self, ordered_blocks: list[KVCacheBlock]) -> None:
         """Drop one reference from each block; blocks reaching 0 join the free queue in this order."""
+        freed = []
         for block in ordered_blocks:
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
-                self.free_block_queue.append(block)
+                freed.append(block)
+        self.free_block_queue.extend(freed)

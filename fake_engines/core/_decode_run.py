@@ -102,6 +102,8 @@ def apply_decode_steps(sched: VllmScheduler, num_steps: int) -> None:
     events = _pool_events(running, kv.block_size, num_steps)
     for request in running:
         request.output_token_ids.extend(next_token_ids(sched._streams[request.request_id], num_steps))
+        if kv.enable_caching:
+            kv._block_hashes(request)  # the run's filled blocks hashed in one chain, not one call each
     for step, pos in events:
         request = running[pos]
         num_tokens = starts[pos] + step  # held when step `step` is scheduled

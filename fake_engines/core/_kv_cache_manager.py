@@ -106,8 +106,7 @@ class KVCacheManager:
         hashes = self._block_hashes(request)
         blocks = self._req_blocks[rid]
         num_full = min(num_tokens // self.block_size, len(hashes))
-        for i in range(num_cached, num_full):
-            self.block_pool.cache_full_block(blocks[i], hashes[i])
+        self.block_pool.cache_full_blocks(blocks[num_cached:num_full], hashes[num_cached:num_full])
         self._num_cached_blocks[rid] = max(num_full, num_cached)
 
     def free(self, request: EngineRequest) -> None:
