@@ -234,5 +234,8 @@ class CoreReplica:
             core: Any = self.core
             done = bisect.bisect_right(self._run.end_s, self.queue.now_s)
             return ReplicaMetrics(len(core.running), len(core.waiting), core.kv_cache_usage_after(done + 1))
+        if self.runs:  # the vLLM core: its three gauges without building a whole stats snapshot
+            core = self.core
+            return ReplicaMetrics(len(core.running), len(core.waiting), core.kv_cache_manager.usage)
         s = self.core.stats()
         return ReplicaMetrics(s.num_running, s.num_waiting, s.kv_cache_usage)
