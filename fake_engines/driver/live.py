@@ -211,9 +211,13 @@ class LiveDriver:
                     self._set_clock(self.now_s())
                     await self._wakeup.wait()
                 continue
+            # Sleep to a deadline on a fixed timeline rather than for a duration: the loop's own
+            # work between steps must not accumulate as lag, or a time-scaled engine falls ever
+            # further behind real time and clients see it slower than modelled.
             target = self._next_event_s()
-            await asyncio.sleep(max(0.0, (target - self._clock_s) * self.time_scale))
-            self._set_clock(target)
+            deadline = self._clock_real + (target - self._clock_s) * self.time_scale
+            await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+            self._clock_s, self._clock_real = target, deadline
             self._finish_due_steps()
 
     def _launch_steps(self) -> None:

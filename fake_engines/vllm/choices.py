@@ -46,6 +46,8 @@ class ChoiceDelta:
     """The stop string that ended the choice."""
     cached_tokens: int
     """Prompt tokens served from the prefix cache (on the last delta)."""
+    num_output_tokens: int = 0
+    """Tokens the choice had generated when this output was produced (for usage so far)."""
 
 
 def abort(choices: list[Choice]) -> None:
@@ -60,11 +62,12 @@ async def _pump(choice: Choice, stops: list[str], queue: asyncio.Queue) -> None:
         choice.text += new
         if stop is not None:
             choice.unit.driver.stop_early(choice.handle.request.request_id)
-            queue.put_nowait(ChoiceDelta(choice.index, new, True, "stop", stop, out.num_cached_tokens))
+            queue.put_nowait(ChoiceDelta(choice.index, new, True, "stop", stop, out.num_cached_tokens,
+                                         out.num_output_tokens))
             return
         reason = (out.finish_reason.value if out.finish_reason else "stop") if out.finished else None
         queue.put_nowait(ChoiceDelta(choice.index, new, bool(out.new_token_ids), reason, None,
-                                     out.num_cached_tokens))
+                                     out.num_cached_tokens, out.num_output_tokens))
 
 
 async def deltas(choices: list[Choice], stops: list[str]) -> AsyncIterator[ChoiceDelta]:

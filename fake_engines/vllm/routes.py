@@ -219,7 +219,9 @@ async def _stream(request: web.Request, server: VllmServer, req: GenerationReque
     response = await open_sse(request, SSE_HEADERS)
     started: set[int] = set()
     cached = 0
+    generated: dict[int, int] = {}  # choice -> tokens as of its latest output
     async for delta in choices_mod.deltas(choices, req.stop):
+        generated[delta.index] = delta.num_output_tokens
         if not delta.has_tokens and delta.finish_reason is None:
             continue  # a prefill chunk that did not finish the prompt sends nothing
         if req.chat and delta.index not in started:
@@ -228,8 +230,10 @@ async def _stream(request: web.Request, server: VllmServer, req: GenerationReque
         chunk = shapes.chat_chunk if req.chat else shapes.completion_chunk
         event = _indexed(chunk(rid, created, req.model, delta.text, delta.finish_reason, delta.stop_reason),
                          delta.index)
-        if req.continuous_usage:
-            event["usage"] = _usage(server, req, choices, cached).body(False)
+        if req.continuous_usage:  # usage as of this chunk, even if later steps already ran
+            so_far = shapes.Usage(_usage(server, req, choices, cached).prompt_tokens, sum(generated.values()),
+                                  cached if server.config.enable_prompt_tokens_details else None)
+            event["usage"] = so_far.body(False)
         await send_event(response, event)
         if delta.finish_reason is not None and delta.index % req.n == 0:
             cached += delta.cached_tokens
