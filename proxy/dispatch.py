@@ -138,7 +138,7 @@ class Dispatcher:
 
     def _give_up(self, fwd: Forward, tried: list[Backend], failure: UpstreamFailure | None,
                  answer: RetryableAnswer | None, request_id: str, start: float) -> web.Response:
-        model = fwd.info.model or ""
+        model = self.pool.model_label(fwd.info.model)
         if answer is not None:
             headers = {**answer.headers, "x-flotilla-backend": answer.backend.url, "X-Request-Id": request_id}
             self.metrics.request_done(model, answer.backend.url, answer.status,
@@ -219,7 +219,7 @@ class Dispatcher:
     def _finish(self, fwd: Forward, upstream: aiohttp.ClientResponse, backend: Backend, result: RelayResult,
                 start: float) -> None:
         loop = asyncio.get_running_loop()
-        model = fwd.info.model or ""
+        model = self.pool.model_label(fwd.info.model)
         status = upstream.status if result.completed else (499 if result.client_gone else 502)
         ttft_s = result.first_byte_at_s - start if result.first_byte_at_s is not None else None
         self.metrics.request_done(model, backend.url, status, loop.time() - start, ttft_s)

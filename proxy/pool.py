@@ -169,6 +169,13 @@ class BackendPool:
         live = [b for b in self.backends if b.state is not BackendState.DRAINING]
         return bool(live) and all(b.models and model not in b.models for b in live)
 
+    def model_label(self, model: str | None) -> str:
+        """`model` as a metric label: names no backend declares become "other", so clients
+        cannot grow the label set without bound."""
+        if not model:
+            return ""
+        return model if any(model in b.models for b in self.backends) else "other"
+
     def reserve(self, backend: Backend, tokens: int) -> Reservation:
         backend.in_flight += 1
         backend.in_flight_tokens += tokens

@@ -84,3 +84,9 @@ def test_views_are_rebuilt_only_for_backends_that_changed() -> None:
                        sent_at_s=1.0)
     assert pool.views(1.002)[1].num_requests_waiting == 1.0
     assert pool.views(1.5)[1].metrics_age_s == 0.5  # ages move on even when nothing else does
+
+
+def test_model_labels_are_bounded_to_served_models() -> None:
+    pool = ready_pool("http://a:1")
+    pool.backends[0].discovered_models = frozenset({"m1"})
+    assert [pool.model_label(m) for m in ("m1", "random-123", None)] == ["m1", "other", ""]
