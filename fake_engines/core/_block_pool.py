@@ -134,9 +134,13 @@ class BlockPool:
         if num_blocks > self.get_num_free_blocks():
             raise ValueError(f"cannot get {num_blocks} free blocks from the pool")
         taken = self.free_block_queue.take(num_blocks)
+        cached = self.cached_block_hash_to_block
         for block in taken:
-            if block.block_hash is not None:
-                self._evict(block)
+            block_hash = block.block_hash
+            if block_hash is not None:  # _evict, inlined: every block of a warm cache holds a hash
+                if cached.get(block_hash) is block:
+                    del cached[block_hash]
+                block.block_hash = None
             block.ref_cnt = 1
         return taken
 
