@@ -18,7 +18,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from policies.routing.base import Decision, RequestInfo
+from policies.routing.base import BackendState, Decision, RequestInfo
 from proxy.config import ProxyConfig
 from proxy.errors import ProxyError, error_response
 from proxy.forward import (
@@ -132,7 +132,11 @@ class Dispatcher:
         finally:
             upstream.close()
             self.pool.release(reservation)
-        if upstream.status not in OVERLOAD_STATUS:
+        if upstream.status == 503 and b"Loading model" in body:
+            # llama-server reloading: starting again, not broken (the health probe says when it is back)
+            if backend.state is BackendState.READY:
+                backend.state = BackendState.STARTING
+        elif upstream.status not in OVERLOAD_STATUS:
             self._failed(backend)
         return RetryableAnswer(upstream.status, dict(downstream_headers(upstream.headers)), body, backend)
 

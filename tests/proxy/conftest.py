@@ -31,6 +31,8 @@ class Knobs:
     status: int = 200
     """Answer every generation request with this status (an OpenAI error body) when not 200."""
     retry_after: str | None = None
+    error_message: str | None = None
+    """The error body's message when `status` is not 200 (default: "<name> says <status>")."""
     die_before_first_byte: bool = False
     """Drop the connection without answering, like a crashed engine."""
     die_after_chunks: int | None = None
@@ -121,7 +123,8 @@ class FakeBackend:
             raise asyncio.CancelledError
         if k.status != 200:
             headers = {"Retry-After": k.retry_after} if k.retry_after else {}
-            return web.json_response({"error": {"message": f"{self.name} says {k.status}", "type": "x",
+            message = k.error_message or f"{self.name} says {k.status}"
+            return web.json_response({"error": {"message": message, "type": "x",
                                                 "code": k.status}}, status=k.status, headers=headers)
         chat = request.path.endswith("chat/completions")
         if k.truncate_body:

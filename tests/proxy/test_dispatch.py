@@ -8,7 +8,8 @@ import time
 
 import aiohttp
 
-from proxy.config import BackendSpec, RetryConfig, TimeoutConfig
+from policies.routing.base import BackendState
+from proxy.config import BackendSpec, HealthConfig, RetryConfig, TimeoutConfig
 from tests.proxy.conftest import BackendFactory, ProxyFactory, free_port
 
 BODY = {"model": "tiny-llama", "prompt": "hello"}
@@ -119,6 +120,20 @@ async def test_retryable_statuses_go_to_another_backend_and_429_retry_after_is_h
             assert r.status == 200 and r.headers["x-flotilla-backend"] == good.url
         assert time.monotonic() - t0 >= 0.15  # waited out the Retry-After (capped at 0.2 s)
     assert busy.received == 1
+
+
+async def test_a_llama_server_reloading_its_model_is_starting_not_failed(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    loading = await fake_backend("loading")
+    good = await fake_backend("good")
+    p = await proxy_for([loading, good], policy="round-robin", health=HealthConfig(interval_s=100, timeout_s=1))
+    loading.knobs.status = 503
+    loading.knobs.error_message = "Loading model"
+    async with aiohttp.ClientSession() as s:
+        async with s.post(p.url + "/v1/completions", json=BODY) as r:
+            assert r.status == 200 and r.headers["x-flotilla-backend"] == good.url
+    backend = p.proxy.pool.backends[0]
+    assert backend.state is BackendState.STARTING and backend.breaker.failures == 0
 
 
 async def test_a_500_is_not_retried(fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
