@@ -104,14 +104,17 @@ def apply_decode_steps(sched: VllmScheduler, num_steps: int) -> None:
         request.output_token_ids.extend(next_token_ids(sched._streams[request.request_id], num_steps))
         if kv.enable_caching:
             kv._block_hashes(request)  # the run's filled blocks hashed in one chain, not one call each
+    size, pool = kv.block_size, kv.block_pool
     for step, pos in events:
         request = running[pos]
         num_tokens = starts[pos] + step  # held when step `step` is scheduled
-        if num_tokens % kv.block_size == 1 or kv.block_size == 1:  # the token opens a block
-            request.num_computed_tokens = num_tokens - 1
-            kv.allocate_slots(request, 1)
-        else:  # it fills one: all allocate_slots would do is cache the block
-            kv.cache_full_blocks(request, num_tokens)
+        # allocate_slots(request, 1) at that step, less its checks: decode_run_length made
+        # sure the blocks are free, and a decode step brings no cache hits
+        blocks = kv._req_blocks[request.request_id]
+        missing = -(-num_tokens // size) - len(blocks)
+        if missing > 0:
+            blocks.extend(pool.get_new_blocks(missing))
+        kv.cache_full_blocks(request, num_tokens)
     for request, start in zip(running, starts, strict=True):
         request.num_computed_tokens = start + num_steps - 1
     sched._next_step_id += num_steps
