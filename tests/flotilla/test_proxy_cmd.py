@@ -7,7 +7,7 @@ import sys
 
 import aiohttp
 
-from tests.proxy.conftest import FakeBackend
+from tests.proxy.conftest import FakeBackend, Knobs
 
 
 async def test_flotilla_proxy_serves_and_stops_cleanly_on_sigterm() -> None:
@@ -24,6 +24,28 @@ async def test_flotilla_proxy_serves_and_stops_cleanly_on_sigterm() -> None:
             async with s.post(url + "/v1/completions", json={"model": "tiny-llama", "prompt": "x"}) as r:
                 assert r.status == 200 and r.headers["x-flotilla-backend"] == backend.url
         proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await backend.stop()
+
+
+async def test_sigterm_lets_a_stream_in_flight_finish() -> None:
+    backend = FakeBackend(name="slow", knobs=Knobs(chunks=5, chunk_delay_s=0.2))
+    await backend.start()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "flotilla", "proxy", "--port", "0", "--backend", backend.url,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        url = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode().split()[4]
+        async with aiohttp.ClientSession() as s:
+            async with s.post(url + "/v1/completions", json={"model": "tiny-llama", "prompt": "x", "stream": True}) as r:
+                first = await r.content.readuntil(b"\n\n")
+                proc.send_signal(signal.SIGTERM)
+                rest = await r.read()
+        assert b"slow-0" in first and b"slow-4" in rest and rest.endswith(b"data: [DONE]\n\n")
         assert await asyncio.wait_for(proc.wait(), 30) == 0
     finally:
         if proc.returncode is None:
