@@ -1,4 +1,4 @@
-"""The capacity-planning guide shows real output: every `$ flotilla plan ...` block is re-run."""
+"""The README's capacity-planning section shows real output: every `$ flotilla plan ...` block is re-run."""
 
 from __future__ import annotations
 
@@ -10,13 +10,21 @@ import pytest
 from flotilla.cli import main
 from tests.conftest import REPO
 
-GUIDE = REPO / "docs" / "capacity-planning.md"
+README = REPO / "README.md"
+
+
+def _guide() -> str:
+    """The README's "Capacity planning" section, up to the next top-level section."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index("\n## Capacity planning\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end != -1 else None]
 
 
 def _examples() -> list[tuple[str, str]]:
     """(command, printed output) for each command shown in a code block of the guide."""
     pairs = []
-    for block in re.findall(r"```\n(.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.S):
+    for block in re.findall(r"```\n(.*?)```", _guide(), flags=re.S):
         for chunk in re.split(r"^\$ ", block, flags=re.M)[1:]:
             command, _, output = chunk.partition("\n")
             pairs.append((command, output.rstrip("\n") + "\n"))
