@@ -50,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--total-timeout-s", type=float, default=1800.0)
     parser.add_argument("--max-attempts", type=int, default=3, help="tries per request, the first included")
     parser.add_argument("--log-level", default="warning")
+    from proxy.autoscale import add_arguments as add_autoscale_arguments  # stays free of aiohttp
+
+    add_autoscale_arguments(parser)
 
 
 def build_config(args: argparse.Namespace) -> ProxyConfig:
@@ -102,9 +105,7 @@ async def serve(config: ProxyConfig, autoscale: AutoscaleConfig | None = None) -
 
 
 def autoscale_config(args: argparse.Namespace) -> AutoscaleConfig | None:
-    """The autoscaler the fleet file's `autoscaler:` section asks for (see proxy/autoscale), or None."""
-    if args.config is None:
-        return None
+    """The autoscaler --autoscale or the fleet file's `autoscaler:` section asks for, or None."""
     from proxy.autoscale.config import config_from_args
 
     return config_from_args(args)
@@ -132,8 +133,9 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, OSError, ValueError) as exc:
         print(f"flotilla proxy: {exc}", file=sys.stderr)
         return 2
-    if not config.backends and config.config_path is None:
-        print("flotilla proxy: give at least one --backend URL or --config fleet.yaml", file=sys.stderr)
+    if not config.backends and config.config_path is None and autoscale is None:
+        print("flotilla proxy: give at least one --backend URL, --config fleet.yaml or --autoscale SPEC",
+              file=sys.stderr)
         return 2
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         runner.run(serve(config, autoscale))
