@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import sys
 
+from fake_engines.driver.faults import FaultConfigError, FaultInjector, add_fault_arguments, faults_from_args
 from fake_engines.llamacpp.config import LlamaServerConfig, ServerConfigError, parse_tensor_split
 from fake_engines.llamacpp.model import ModelFileError
 
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--api-key", default=None)
+    add_fault_arguments(p)
     look = p.add_argument_group("look-alike")
     look.add_argument("--gpu", default="h100", help="catalogue GPU name")
     look.add_argument("--time-scale", type=float, default=1.0, help="0.01 runs 100x faster than modelled")
@@ -52,11 +54,11 @@ def config_from_args(args: argparse.Namespace) -> LlamaServerConfig:
         gpu=args.gpu, time_scale=args.time_scale, seed=args.seed, load_gbps=args.load_gbps)
 
 
-async def _serve(config: LlamaServerConfig) -> None:
+async def _serve(config: LlamaServerConfig, faults: FaultInjector | None = None) -> None:
     from fake_engines.driver.serving import install_sigterm
     from fake_engines.llamacpp.server import start_llama
 
-    running = await start_llama(config)
+    running = await start_llama(config, faults=faults)
     stop = asyncio.Event()
     install_sigterm(asyncio.get_running_loop(), stop.set)
     print(f"main: server is listening on http://{config.host}:{running.port} - starting the main loop", flush=True)
@@ -70,8 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         config = config_from_args(args)
-        asyncio.run(_serve(config))
-    except (ServerConfigError, ModelFileError) as exc:
+        faults = FaultInjector(faults_from_args(args), api_key=config.api_key, exit_process=True)
+        asyncio.run(_serve(config, faults))
+    except (FaultConfigError, ServerConfigError, ModelFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

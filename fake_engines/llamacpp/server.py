@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from fake_engines.driver import faults as fault_hooks
 from fake_engines.driver.serving import bind_socket, start_on_socket
 from fake_engines.llamacpp.app import SERVER_KEY, LlamaServer, create_app
 from fake_engines.llamacpp.config import LlamaServerConfig
@@ -60,13 +61,20 @@ class RunningLlama:
         await self.close()
 
 
-async def start_llama(config: LlamaServerConfig, cold_start: bool = True) -> RunningLlama:
-    """Listen at once; after the modelled load (scaled by time_scale) the routes start answering."""
+async def start_llama(config: LlamaServerConfig, cold_start: bool = True,
+                      faults: fault_hooks.FaultInjector | None = None) -> RunningLlama:
+    """Listen at once; after the modelled load (scaled by time_scale) the routes start answering.
+
+    `faults` (default: none armed, settable by POST /admin/faults) see fake_engines.driver.faults."""
     app = create_app(config)
+    faults = faults or fault_hooks.FaultInjector(api_key=config.api_key)
+    fault_hooks.install(app, faults, [app[SERVER_KEY].driver])
     sock = bind_socket(config.host, config.port)
     runner = await start_on_socket(app, sock)
     running = RunningLlama(runner, sock, app, asyncio.Event(), bound_port=sock.getsockname()[1])
-    delay_s = running.server.spec.cold_start_s * config.time_scale if cold_start else 0.0
+    faults.attach(runner, config.host, running.port)
+    delay_s = running.server.spec.cold_start_s * config.time_scale * faults.initial.slow_start_factor \
+        if cold_start else 0.0
 
     async def load() -> None:
         await asyncio.sleep(delay_s)

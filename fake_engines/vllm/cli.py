@@ -7,6 +7,7 @@ import asyncio
 import logging
 import sys
 
+from fake_engines.driver.faults import FaultConfigError, FaultInjector, add_fault_arguments, faults_from_args
 from fake_engines.vllm.config import ServeConfigError, VllmServeConfig, parse_lora_modules
 from fake_engines.vllm.engine import ModelDoesNotFit
 
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-lora-rank", type=int, default=16)
     serve.add_argument("--lora-modules", nargs="+", default=[], metavar="NAME=PATH")
     serve.add_argument("--enable-prompt-tokens-details", action="store_true")
+    add_fault_arguments(serve)
     look = serve.add_argument_group("look-alike")
     look.add_argument("--gpu", default="h100", help="catalogue GPU name")
     look.add_argument("--dtype", default="bfloat16")
@@ -82,11 +84,11 @@ def config_from_args(args: argparse.Namespace) -> VllmServeConfig:
         warmup_s=args.warmup_seconds)
 
 
-async def _serve(config: VllmServeConfig) -> None:
+async def _serve(config: VllmServeConfig, faults: FaultInjector | None = None) -> None:
     from fake_engines.driver.serving import install_sigterm
     from fake_engines.vllm.server import start_vllm
 
-    running = await start_vllm(config)
+    running = await start_vllm(config, faults=faults)
     stop = asyncio.Event()
     install_sigterm(asyncio.get_running_loop(), stop.set)
     print(f"INFO:     fake vLLM bound to http://{config.host}:{running.port}", flush=True)
@@ -107,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         config = config_from_args(args)
-        asyncio.run(_serve(config))
-    except (ServeConfigError, ModelDoesNotFit) as exc:
+        faults = FaultInjector(faults_from_args(args), api_key=config.api_key, exit_process=True)
+        asyncio.run(_serve(config, faults))
+    except (FaultConfigError, ServeConfigError, ModelDoesNotFit) as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 1
     return 0

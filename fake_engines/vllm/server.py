@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from fake_engines.driver import faults as fault_hooks
 from fake_engines.driver.serving import bind_socket, start_on_socket
 from fake_engines.vllm.app import SERVER_KEY, VllmServer, create_app
 from fake_engines.vllm.config import VllmServeConfig
@@ -68,20 +69,26 @@ class RunningVllm:
         await self.close()
 
 
-async def start_vllm(config: VllmServeConfig, cold_start: bool = True) -> RunningVllm:
+async def start_vllm(config: VllmServeConfig, cold_start: bool = True,
+                     faults: fault_hooks.FaultInjector | None = None) -> RunningVllm:
     """Bind the port, then after the cold start (scaled by time_scale) listen and serve.
 
     The returned object is usable at once; `wait_ready` tells when the port accepts connections.
-    ModelDoesNotFit is raised before anything is bound, as vLLM fails before serving."""
+    ModelDoesNotFit is raised before anything is bound, as vLLM fails before serving.
+    `faults` (default: none armed, settable by POST /admin/faults) see fake_engines.driver.faults."""
     app = create_app(config)
+    faults = faults or fault_hooks.FaultInjector(api_key=config.api_key)
+    fault_hooks.install(app, faults, [unit.driver for unit in app[SERVER_KEY].engines])
     sock = bind_socket(config.host, config.port)
     running = RunningVllm(runner=None, sock=sock, app=app, ready=asyncio.Event(), bound_port=sock.getsockname()[1])
-    delay_s = running.server.spec.cold_start_s * config.time_scale if cold_start else 0.0
+    delay_s = running.server.spec.cold_start_s * config.time_scale * faults.initial.slow_start_factor \
+        if cold_start else 0.0
     log.info("cold start %.2f s (modelled %.1f s)", delay_s, running.server.spec.cold_start_s)
 
     async def go_live() -> None:
         await asyncio.sleep(delay_s)
         running.runner = await start_on_socket(app, sock)
+        faults.attach(running.runner, config.host, running.port)
         running.ready.set()
 
     running.go_live = asyncio.get_running_loop().create_task(go_live())

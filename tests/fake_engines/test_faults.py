@@ -1,0 +1,236 @@
+"""Fault injection in both look-alikes: by start-up setting and by POST /admin/faults."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+
+import aiohttp
+import pytest
+
+from fake_engines.driver.faults import CRASH_EXIT_STATUS, FaultConfig, FaultConfigError, FaultInjector
+from fake_engines.llamacpp.config import LlamaServerConfig
+from fake_engines.llamacpp.server import start_llama
+from fake_engines.vllm.config import VllmServeConfig
+from fake_engines.vllm.server import start_vllm
+from tests.conftest import REPO
+
+BODY = {"model": "m", "prompt": "hello there", "max_tokens": 8, "ignore_eos": True}
+
+
+def _vllm_config(**overrides) -> VllmServeConfig:
+    base = {"model": "llama-3.1-8b", "served_model_name": "m", "port": 0, "time_scale": 0.01, "max_model_len": 4096}
+    return VllmServeConfig(**{**base, **overrides})
+
+
+def _llama_config(**overrides) -> LlamaServerConfig:
+    base = {"model": "llama-3.1-8b-Q4_K_M.gguf", "port": 0, "time_scale": 0.01, "n_parallel": 2}
+    return LlamaServerConfig(**{**base, **overrides})
+
+
+@pytest.fixture
+async def engine():
+    """start(kind, faults=FaultConfig, api_key=None) -> base URL; kind is vllm or llama."""
+    started = []
+
+    async def start(kind: str, faults: FaultConfig | None = None, **config) -> str:
+        injector = FaultInjector(faults, api_key=config.get("api_key"))
+        if kind == "vllm":
+            running = await start_vllm(_vllm_config(**config), cold_start=False, faults=injector)
+        else:
+            running = await start_llama(_llama_config(**config), cold_start=False, faults=injector)
+        await running.wait_ready()
+        started.append(running)
+        return f"http://127.0.0.1:{running.port}"
+
+    yield start
+    for running in started:
+        await running.close()
+
+
+async def _post(session: aiohttp.ClientSession, url: str, body: dict, timeout_s: float = 10.0) -> tuple[int, str]:
+    async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+        return resp.status, await resp.text()
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llama"])
+async def test_error_rate_one_answers_every_generation_with_the_status_and_retry_after(engine, kind):
+    base = await engine(kind, FaultConfig(error_status=503, error_rate=1.0))
+    async with aiohttp.ClientSession() as s:
+        async with s.post(base + "/v1/completions", json=BODY) as resp:
+            assert resp.status == 503
+            assert resp.headers["Retry-After"] == "1"
+            assert (await resp.json())["error"]["code"] == 503
+        async with s.get(base + "/health") as resp:
+            assert resp.status == 200  # only generation requests fail
+
+
+async def test_error_rate_draw_is_seeded_and_near_the_rate(engine):
+    base = await engine("vllm", FaultConfig(error_status=429, error_rate=0.5, seed=3))
+    async with aiohttp.ClientSession() as s:
+        statuses = [(await _post(s, base + "/v1/completions", BODY))[0] for _ in range(40)]
+    import random
+    rng = random.Random(3)
+    expected = [429 if rng.random() < 0.5 else 200 for _ in range(40)]
+    assert statuses == expected
+    assert 10 <= statuses.count(429) <= 30
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llama"])
+async def test_admin_endpoint_sets_and_clears_faults(engine, kind):
+    base = await engine(kind)
+    async with aiohttp.ClientSession() as s:
+        async with s.post(base + "/admin/faults", json={"error_status": 500, "error_rate": 1.0}) as resp:
+            assert resp.status == 200
+        assert (await _post(s, base + "/v1/completions", BODY))[0] == 500
+        async with s.post(base + "/admin/faults", json={}) as resp:
+            assert resp.status == 200
+        assert (await _post(s, base + "/v1/completions", BODY))[0] == 200
+        async with s.get(base + "/admin/faults") as resp:
+            assert (await resp.json())["error_rate"] == 0.0
+
+
+async def test_admin_endpoint_rejects_unknown_faults_and_bad_values_with_400(engine):
+    base = await engine("vllm")
+    async with aiohttp.ClientSession() as s:
+        for body in ({"explode": True}, {"error_status": 418}, {"error_rate": 2}, {"slow_factor": 0}):
+            async with s.post(base + "/admin/faults", json=body) as resp:
+                assert resp.status == 400
+                assert "error" in await resp.json()
+
+
+async def test_admin_endpoint_needs_the_engine_api_key_when_one_is_set(engine):
+    base = await engine("vllm", api_key="sekrit")
+    async with aiohttp.ClientSession() as s:
+        async with s.post(base + "/admin/faults", json={"hang": True}) as resp:
+            assert resp.status == 401
+        async with s.post(base + "/admin/faults", json={"hang": False},
+                          headers={"Authorization": "Bearer sekrit"}) as resp:
+            assert resp.status == 200
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llama"])
+async def test_hang_accepts_and_never_answers(engine, kind):
+    base = await engine(kind, FaultConfig(hang=True))
+    async with aiohttp.ClientSession() as s:
+        with pytest.raises(TimeoutError):
+            await _post(s, base + "/v1/completions", BODY, timeout_s=0.5)
+        with pytest.raises(TimeoutError):
+            async with s.get(base + "/health", timeout=aiohttp.ClientTimeout(total=0.5)):
+                pass
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llama"])
+async def test_exit_after_requests_serves_n_then_drops_and_refuses(engine, kind):
+    base = await engine(kind, FaultConfig(exit_after_requests=2))
+    async with aiohttp.ClientSession() as s:
+        assert (await _post(s, base + "/v1/completions", BODY))[0] == 200
+        assert (await _post(s, base + "/v1/completions", BODY))[0] == 200
+        with pytest.raises(aiohttp.ClientError):
+            await _post(s, base + "/v1/completions", BODY)
+    await asyncio.sleep(0.05)
+    async with aiohttp.ClientSession() as s:
+        with pytest.raises(aiohttp.ClientConnectorError):
+            await _post(s, base + "/health", {})
+
+
+async def test_exit_at_time_crashes_the_engine(engine):
+    base = await engine("llama", FaultConfig(exit_at_s=0.2))
+    async with aiohttp.ClientSession() as s:
+        assert (await _post(s, base + "/v1/completions", BODY))[0] == 200
+    await asyncio.sleep(0.4)
+    async with aiohttp.ClientSession() as s:
+        with pytest.raises(aiohttp.ClientConnectorError):
+            await _post(s, base + "/v1/completions", BODY)
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llama"])
+async def test_drop_after_tokens_cuts_the_stream_after_k_events(engine, kind):
+    base = await engine(kind, FaultConfig(drop_after_tokens=3))
+    body = {**BODY, "max_tokens": 20, "stream": True}
+    received = bytearray()
+    async with aiohttp.ClientSession() as s:
+        with pytest.raises(aiohttp.ClientPayloadError):
+            async with s.post(base + "/v1/completions", json=body) as resp:
+                async for chunk in resp.content.iter_any():
+                    received += chunk
+    assert received.count(b"data: ") == 3
+    assert b"[DONE]" not in received
+
+
+async def test_slow_factor_stretches_step_time(engine):
+    base = await engine("vllm", time_scale=0.05)
+    body = {**BODY, "max_tokens": 32}
+    async with aiohttp.ClientSession() as s:
+        t0 = time.monotonic()
+        await _post(s, base + "/v1/completions", body)
+        plain_s = time.monotonic() - t0
+        async with s.post(base + "/admin/faults", json={"slow_factor": 10}) as resp:
+            assert resp.status == 200
+        t0 = time.monotonic()
+        await _post(s, base + "/v1/completions", body)
+        slow_s = time.monotonic() - t0
+    assert slow_s > 4 * plain_s
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llama"])
+async def test_refuse_closes_the_port_then_listens_again(engine, kind):
+    base = await engine(kind, FaultConfig(refuse_s=0.3))
+    async with aiohttp.ClientSession() as s:
+        with pytest.raises(aiohttp.ClientConnectorError):
+            await _post(s, base + "/v1/completions", BODY)
+    await asyncio.sleep(0.6)
+    async with aiohttp.ClientSession() as s:
+        assert (await _post(s, base + "/v1/completions", BODY))[0] == 200
+
+
+async def test_slow_start_factor_lengthens_the_cold_start():
+    config = _vllm_config(time_scale=0.01, startup_s=5.0, warmup_s=0.0, load_gbps=1000.0)
+    plain = await start_vllm(config)
+    slow = await start_vllm(config, faults=FaultInjector(FaultConfig(slow_start_factor=5.0)))
+    try:
+        t0 = time.monotonic()
+        await plain.wait_ready()
+        plain_s = time.monotonic() - t0
+        await slow.wait_ready()
+        slow_s = time.monotonic() - t0
+        assert slow_s > 3 * plain_s
+    finally:
+        await plain.close()
+        await slow.close()
+
+
+def test_fault_config_names_the_bad_field():
+    with pytest.raises(FaultConfigError) as err:
+        FaultConfig(error_rate=-0.1)
+    assert err.value.field == "error_rate"
+
+
+def test_cli_exit_after_requests_ends_the_process_with_the_crash_status():
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "fake_engines.llamacpp.cli", "-m", "llama-3.1-8b-Q4_K_M.gguf",
+                             "--port", "0", "--time-scale", "0.001", "--fault-exit-after-requests", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=REPO, text=True)
+    try:
+        line = proc.stdout.readline()
+        port = int(line.split("http://127.0.0.1:")[1].split()[0])
+        import urllib.request
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.05)
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=b'{"prompt": "x"}',
+                                     headers={"Content-Type": "application/json"})
+        with pytest.raises(OSError):
+            urllib.request.urlopen(req, timeout=5)
+        assert proc.wait(timeout=10) == CRASH_EXIT_STATUS
+    finally:
+        proc.kill()
+        proc.wait()
