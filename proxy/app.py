@@ -15,11 +15,15 @@ import aiohttp
 from aiohttp import web
 
 from policies.routing.base import BackendState, RequestInfo, RoutingPolicy
+from proxy.access import AccessControl
 from proxy.admin import AdminApi
+from proxy.admission import Admission
 from proxy.config import ProxyConfig
+from proxy.debug import debug_route
 from proxy.dispatch import Dispatcher, Forward
 from proxy.errors import ProxyError, error_response
 from proxy.health import HealthChecker
+from proxy.http_errors import JsonErrorAppRunner
 from proxy.metrics import RouterMetrics
 from proxy.pool import Backend, BackendPool
 from proxy.reload import FleetWatcher
@@ -51,6 +55,8 @@ class Proxy:
     dispatcher: Dispatcher | None = None
     health: HealthChecker | None = None
     tasks: list[asyncio.Task] = field(default_factory=list)
+    admission: Admission | None = None
+    """Per-model slots and bounded queues (see proxy/admission.py)."""
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
@@ -121,7 +127,8 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     fwd = Forward(method="POST", path_qs=request.path_qs, body=raw, info=parsed.info,
                   debug=request.headers.get("x-flotilla-debug") == "1", accounts_usage=True,
                   strip_usage=strip_usage)
-    return await p.dispatcher.handle(request, fwd)
+    async with p.admission.slot(model):
+        return await p.dispatcher.handle(request, fwd)
 
 
 def _asks_usage(body: dict) -> bool:
@@ -198,14 +205,19 @@ def build_app(config: ProxyConfig, policy: RoutingPolicy | None = None,
     pool = BackendPool(config.breaker)
     for spec in config.backends:
         pool.add(spec, source="file" if config.config_path else "static")
-    proxy = Proxy(config=config, policy=policy or create_policy(config.policy, rng), rng=rng, pool=pool)
-    app = web.Application(middlewares=[errors_middleware], client_max_size=config.max_body_bytes)
+    lim = config.limits
+    proxy = Proxy(config=config, policy=policy or create_policy(config.policy, rng), rng=rng, pool=pool,
+                  admission=Admission(lim.max_in_flight_per_model, lim.max_queued_per_model, lim.queue_timeout_s))
+    access = AccessControl(lim, config.admin_token)
+    app = web.Application(middlewares=[errors_middleware, access.middleware], client_max_size=config.max_body_bytes)
     app[PROXY_KEY] = proxy
     app.add_routes([
         web.post("/v1/completions", completions), web.post("/v1/chat/completions", chat_completions),
         web.get("/v1/models", models), web.get("/health", health), web.get("/ready", ready),
         web.get("/metrics", metrics),
         *AdminApi(pool, config.admin_token, proxy.probe_now).routes(),
+        debug_route(config.admin_token, lambda: {"queued": proxy.admission.queued(),
+                                                 "in_flight": sum(b.in_flight for b in proxy.pool)}),
         web.route("*", "/v1/{tail:.*}", passthrough),
     ])
     app.on_startup.append(lambda _app: proxy.start())
@@ -245,7 +257,9 @@ async def start_proxy(config: ProxyConfig, policy: RoutingPolicy | None = None,
         extend(app)
     # handler_cancellation: a client that goes away cancels its handler at once, which closes
     # the upstream connection, which makes the engine abort the request.
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    # shutdown_timeout: on close, in-flight requests get this long to finish (graceful SIGTERM).
+    runner = JsonErrorAppRunner(app, handler_cancellation=True, access_log=None,
+                                shutdown_timeout=config.limits.shutdown_grace_s)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port, backlog=1024, reuse_address=True)
     await site.start()

@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from proxy.limits import LimitsConfig
+
 FLAVORS = ("vllm", "llamacpp", "openai")
 
 
@@ -158,6 +160,8 @@ class ProxyConfig:
     retry: RetryConfig = field(default_factory=RetryConfig)
     breaker: BreakerConfig = field(default_factory=BreakerConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    """Admission queues, rate limits, client keys, backend allow-list, shutdown grace."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

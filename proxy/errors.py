@@ -15,6 +15,7 @@ ERROR_TYPES: dict[int, str] = {
     405: "invalid_request_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
+    431: "invalid_request_error",
     429: "rate_limit_error",
     500: "server_error",
     502: "bad_gateway_error",

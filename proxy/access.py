@@ -1,0 +1,108 @@
+"""Who may use the proxy: client API keys, per-key rate limits, and which backends the admin API
+may register (so the proxy cannot be made into an open relay to any address)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import json
+import time
+from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from proxy.admin import check_token
+from proxy.errors import ProxyError
+from proxy.limits import LimitsConfig
+from proxy.ratelimit import RateLimiter, retry_after_header
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def bearer(request: web.Request) -> str | None:
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+def key_is_valid(given: str | None, keys: tuple[str, ...]) -> bool:
+    # Compare against every key so the time taken does not tell which prefix matched.
+    matches = [hmac.compare_digest((given or "").encode(), k.encode()) for k in keys]
+    return given is not None and any(matches)
+
+
+def address_allowed(address: str, networks: tuple[Network, ...]) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return any(ip in n for n in networks)
+
+
+async def resolve(host: str) -> list[str]:
+    """Every address `host` names (itself when it is an address literal)."""
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        pass
+    infos = await asyncio.get_running_loop().getaddrinfo(host, None)
+    return sorted({str(info[4][0]) for info in infos})
+
+
+async def check_backend_url(url: object, networks: tuple[Network, ...]) -> None:
+    """403 unless every address of `url`'s host lies in `networks`."""
+    if not isinstance(url, str):
+        return  # the admin API itself answers the missing or malformed url
+    host = urlsplit(url).hostname
+    if not host:
+        return
+    try:
+        addresses = await resolve(host)
+    except OSError:
+        raise ProxyError(400, f"The backend host {host!r} does not resolve.", param="url") from None
+    if not addresses or not all(address_allowed(a, networks) for a in addresses):
+        raise ProxyError(403, f"The backend host {host!r} is outside the allowed networks "
+                              f"({', '.join(str(n) for n in networks)}); see --backend-network.", param="url")
+
+
+class AccessControl:
+    """The proxy's middleware for keys, rate limits and the admin allow-list."""
+
+    def __init__(self, limits: LimitsConfig, admin_token: str | None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits = limits
+        self.admin_token = admin_token
+        self.clock = clock
+        self.limiter = RateLimiter(limits.rate_limit_rps, limits.rate_limit_burst, limits.max_rate_limit_keys) \
+            if limits.rate_limit_rps is not None else None
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path.startswith("/v1/"):
+            self._check_client(request)
+        elif request.path == "/admin/backends" and request.method == "POST":
+            check_token(request, self.admin_token)
+            await self._check_new_backend(request)
+        return await handler(request)
+
+    def _check_client(self, request: web.Request) -> None:
+        key = bearer(request)
+        if self.limits.api_keys and not key_is_valid(key, self.limits.api_keys):
+            raise ProxyError(401, "A valid API key is required (Authorization: Bearer <key>).",
+                             code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+        if self.limiter is None:
+            return
+        client = key if self.limits.api_keys else (request.remote or "")
+        wait_s = self.limiter.take(client or "", self.clock())
+        if wait_s > 0:
+            raise ProxyError(429, "Rate limit exceeded for this API key.", code="rate_limit_exceeded",
+                             headers={"Retry-After": retry_after_header(wait_s)})
+
+    async def _check_new_backend(self, request: web.Request) -> None:
+        try:
+            body = json.loads(await request.read())
+        except ValueError:
+            return  # the admin API answers the malformed body
+        if isinstance(body, dict):
+            await check_backend_url(body.get("url"), self.limits.networks)

@@ -1,0 +1,67 @@
+"""Limits that keep the proxy serving under overload and abuse (one config for admission, rate
+limits, client keys, the backend allow-list and shutdown)."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LOOPBACK_NETWORKS = ("127.0.0.0/8", "::1/128")
+
+
+def _error(field_name: str, value: object, reason: str) -> Exception:
+    from proxy.config import ConfigError  # proxy.config imports this module
+
+    return ConfigError(field_name, value, reason)
+
+
+@dataclass
+class LimitsConfig:
+    """Admission, rate and access limits; the defaults keep a single-user local proxy unhindered."""
+
+    max_in_flight_per_model: int = 512
+    """Requests of one model forwarded at once; more wait in the model's queue."""
+    max_queued_per_model: int = 1024
+    """Requests of one model waiting for a slot; one more is answered 429 with Retry-After."""
+    queue_timeout_s: float = 60.0
+    """Longest wait in the queue before a 503."""
+    api_keys: tuple[str, ...] = ()
+    """Bearer keys clients must send on /v1/*; empty: no key needed."""
+    rate_limit_rps: float | None = None
+    """Requests per second allowed per API key (or per client address without keys); None: no limit."""
+    rate_limit_burst: float = 20.0
+    """Token-bucket depth: requests a key may send at once after being idle."""
+    max_rate_limit_keys: int = 10_000
+    """Buckets kept at most (least recently used dropped first), so clients cannot grow memory."""
+    backend_networks: tuple[str, ...] = LOOPBACK_NETWORKS
+    """Networks a backend registered through the admin API may be in (CIDR)."""
+    shutdown_grace_s: float = 30.0
+    """After SIGTERM, how long in-flight requests may run before the proxy exits anyway."""
+    networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("max_in_flight_per_model", "max_rate_limit_keys"):
+            if getattr(self, name) < 1:
+                raise _error(name, getattr(self, name), "must be >= 1")
+        if self.max_queued_per_model < 0:
+            raise _error("max_queued_per_model", self.max_queued_per_model, "must be >= 0")
+        for name in ("queue_timeout_s", "rate_limit_burst"):
+            if not getattr(self, name) > 0:
+                raise _error(name, getattr(self, name), "must be > 0")
+        if self.rate_limit_rps is not None and not self.rate_limit_rps > 0:
+            raise _error("rate_limit_rps", self.rate_limit_rps, "must be > 0")
+        if self.shutdown_grace_s < 0:
+            raise _error("shutdown_grace_s", self.shutdown_grace_s, "must be >= 0")
+        if any(not k.strip() for k in self.api_keys):
+            raise _error("api_keys", "<empty>", "keys must not be empty")
+        try:
+            self.networks = tuple(ipaddress.ip_network(n, strict=False) for n in self.backend_networks)
+        except ValueError as exc:
+            raise _error("backend_networks", self.backend_networks, str(exc)) from None
+
+
+def read_keys_file(path: Path) -> tuple[str, ...]:
+    """One key per line; blank lines and `#` comments are skipped."""
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return tuple(line for line in lines if line)
