@@ -50,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--total-timeout-s", type=float, default=1800.0)
     parser.add_argument("--max-attempts", type=int, default=3, help="tries per request, the first included")
     parser.add_argument("--log-level", default="warning")
+    from proxy.limits import add_limit_arguments  # stays free of aiohttp
+
+    add_limit_arguments(parser)
     from proxy.autoscale import add_arguments as add_autoscale_arguments  # stays free of aiohttp
 
     add_autoscale_arguments(parser)
@@ -65,6 +68,7 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
         load_fleet,
         parse_backend_arg,
     )
+    from proxy.limits import limits_from_args
 
     backends: list[BackendSpec] = [parse_backend_arg(b) for b in args.backend]
     policy = args.policy
@@ -78,6 +82,7 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
         timeouts=TimeoutConfig(connect_s=args.connect_timeout_s, first_byte_s=args.first_byte_timeout_s,
                                idle_s=args.idle_timeout_s, total_s=args.total_timeout_s),
         retry=RetryConfig(max_attempts=args.max_attempts),
+        limits=limits_from_args(args),
         health=HealthConfig(interval_s=args.health_interval_s),
     )
 

@@ -3,6 +3,7 @@ limits, client keys, the backend allow-list and shutdown)."""
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,3 +66,31 @@ def read_keys_file(path: Path) -> tuple[str, ...]:
     """One key per line; blank lines and `#` comments are skipped."""
     lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
     return tuple(line for line in lines if line)
+
+
+def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
+    d = LimitsConfig()
+    g = parser.add_argument_group("limits and access")
+    g.add_argument("--api-key", action="append", default=[], metavar="KEY",
+                   help="a client key required on /v1/* as Authorization: Bearer KEY; repeat for more")
+    g.add_argument("--api-keys-file", type=Path, default=None, help="client keys, one per line")
+    g.add_argument("--rate-limit-rps", type=float, default=None, help="requests/s per API key (default: none)")
+    g.add_argument("--rate-limit-burst", type=float, default=d.rate_limit_burst)
+    g.add_argument("--max-in-flight-per-model", type=int, default=d.max_in_flight_per_model)
+    g.add_argument("--max-queued-per-model", type=int, default=d.max_queued_per_model,
+                   help="waiting requests per model before 429 (default %(default)s)")
+    g.add_argument("--queue-timeout-s", type=float, default=d.queue_timeout_s)
+    g.add_argument("--backend-network", action="append", default=None, metavar="CIDR",
+                   help="network admin-registered backends may be in; repeat (default loopback only)")
+    g.add_argument("--shutdown-grace-s", type=float, default=d.shutdown_grace_s,
+                   help="after SIGTERM, time in-flight requests get to finish (default %(default)s)")
+
+
+def limits_from_args(args: argparse.Namespace) -> LimitsConfig:
+    keys = tuple(args.api_key) + (read_keys_file(args.api_keys_file) if args.api_keys_file else ())
+    return LimitsConfig(
+        max_in_flight_per_model=args.max_in_flight_per_model, max_queued_per_model=args.max_queued_per_model,
+        queue_timeout_s=args.queue_timeout_s, api_keys=keys, rate_limit_rps=args.rate_limit_rps,
+        rate_limit_burst=args.rate_limit_burst,
+        backend_networks=tuple(args.backend_network) if args.backend_network else LOOPBACK_NETWORKS,
+        shutdown_grace_s=args.shutdown_grace_s)
