@@ -123,6 +123,8 @@ class FaultInjector:
         self.crashed = False
         self.generation_requests = 0
         self._timers: list[asyncio.TimerHandle] = []
+        self.busy: set[asyncio.BaseTransport] = set()
+        """Connections with a request being answered (refusing lets those finish)."""
         self.config = FaultConfig()
         self.rng = random.Random(0)
         self.initial = config or FaultConfig()
@@ -166,7 +168,8 @@ class FaultInjector:
         for site in list(self.runner.sites):
             await site.stop()
         for handler in self.runner.server.connections if self.runner.server else ():
-            handler.close()  # idle ones close now, busy ones once their answer is out
+            # Idle keep-alive connections go now; busy ones once their answer is out.
+            handler.close() if handler.transport in self.busy else handler.force_close()
         await asyncio.sleep(seconds)
         if not self.crashed and not self.runner.sites:
             await web.SockSite(self.runner, bind_socket(self.host, self.port)).start()
@@ -199,6 +202,15 @@ async def fault_middleware(request: web.Request, handler: Callable[[web.Request]
         raise asyncio.CancelledError
     if faults.config.hang:
         await asyncio.Future()  # cancelled when the client goes away
+    faults.busy.add(request.transport)
+    try:
+        return await _apply(faults, request, handler)
+    finally:
+        faults.busy.discard(request.transport)
+
+
+async def _apply(faults: FaultInjector, request: web.Request,
+                 handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
     if is_generation(request.path):
         faults.generation_requests += 1
         limit = faults.config.exit_after_requests
