@@ -84,9 +84,10 @@ def _pool_events(running: list[EngineRequest], block_size: int, num_steps: int) 
     events = []
     for pos, request in enumerate(running):
         first = request.num_tokens  # tokens the request holds when step 0 is scheduled
-        for n in range(first, first + num_steps):
-            if block_size == 1 or n % block_size <= 1:
-                events.append((n - first, pos))
+        # token counts n in [first, first + num_steps) with n % block_size in {0, 1}
+        for residue in {0, 1 % block_size}:
+            offset = (residue - first) % block_size
+            events.extend((step, pos) for step in range(offset, num_steps, block_size))
     events.sort()
     return events
 
