@@ -162,7 +162,7 @@ async def test_drop_after_tokens_cuts_the_stream_after_k_events(engine, kind):
 
 
 async def test_slow_factor_stretches_step_time(engine):
-    base = await engine("vllm", time_scale=0.05)
+    base = await engine("vllm", time_scale=0.2)
     body = {**BODY, "max_tokens": 32}
     async with aiohttp.ClientSession() as s:
         t0 = time.monotonic()
@@ -188,7 +188,7 @@ async def test_refuse_closes_the_port_then_listens_again(engine, kind):
 
 
 async def test_slow_start_factor_lengthens_the_cold_start():
-    config = _vllm_config(time_scale=0.01, startup_s=5.0, warmup_s=0.0, load_gbps=1000.0)
+    config = _vllm_config(time_scale=0.05, startup_s=5.0, warmup_s=0.0, load_gbps=1000.0)
     plain = await start_vllm(config)
     slow = await start_vllm(config, faults=FaultInjector(FaultConfig(slow_start_factor=5.0)))
     try:

@@ -62,7 +62,10 @@ async def test_sigterm_stops_accepting_and_lets_an_in_flight_stream_finish(fake_
     async with aiohttp.ClientSession() as s, s.post(url + "/v1/completions", json=BODY) as resp:
         received = await resp.content.readany()
         proc.send_signal(signal.SIGTERM)
-        await asyncio.sleep(0.3)
+        for _ in range(60):
+            if await refused(url):
+                break
+            await asyncio.sleep(0.05)
         assert await refused(url)
         received += await resp.content.read()
     assert resp.status == 200
