@@ -103,3 +103,32 @@ def all_to_all_bytes(remote: float, hidden: int, dtype_bytes: int = 2) -> float:
 def expected_remote_share(devices: int) -> float:
     """Share of token copies that leave their device when experts are hit uniformly: (n - 1) / n."""
     return (devices - 1) / devices
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Where the tokens of one MoE layer went (the lesson's Example 8 program)."""
+
+    copies: list[list[int]]
+    """copies[src][dst]: token copies sent from device src to device dst."""
+    expert_loads: list[int]
+    """Token copies each expert received."""
+
+
+def route_tokens(tokens: int, devices: int, experts: int, top_k: int, hot_experts: int = 2,
+                 hot_bias: float = 1.0, seed: int = 7) -> Routing:
+    """Route `tokens` (spread evenly over `devices`) to their top-k experts, experts placed
+    contiguously; each token scores every expert with a Gaussian, the first `hot_experts`
+    getting `hot_bias` more, drawn from java.util.Random(seed) as the lesson's program does."""
+    from fake_engines.perf.java_random import JavaRandom
+
+    rng, per_device = JavaRandom(seed), experts // devices
+    copies = [[0] * devices for _ in range(devices)]
+    loads = [0] * experts
+    for t in range(tokens):
+        src = t // (tokens // devices)
+        score = [rng.next_gaussian() + (hot_bias if e < hot_experts else 0.0) for e in range(experts)]
+        for e in sorted(range(experts), key=lambda e: -score[e])[:top_k]:  # stable, as Arrays.sort
+            copies[src][e // per_device] += 1
+            loads[e] += 1
+    return Routing(copies=copies, expert_loads=loads)

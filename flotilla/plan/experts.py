@@ -12,6 +12,8 @@ from fake_engines.perf.experts import (
     contiguous_placement,
     expected_remote_share,
     explicit_placement,
+    remote_copies,
+    route_tokens,
 )
 from fake_engines.perf.rounding import fixed
 from flotilla.plan.allreduce import float_list
@@ -27,7 +29,8 @@ load. Every token copy routed to another GPU crosses twice (dispatch and combine
 examples:
   flotilla plan experts --devices 4 --loads 16,18,4,4,6,4,5,7
   flotilla plan experts --devices 4 --loads 16,18,4,4,6,4,5,7 --redundant 4
-  flotilla plan experts --devices 4 --loads 16,18,4,4,6,4,5,7 --placement 0,7/1,6/2,5/3,4 --remote-copies 50"""
+  flotilla plan experts --devices 4 --loads 16,18,4,4,6,4,5,7 --placement 0,7/1,6/2,5/3,4 --remote-copies 50
+  flotilla plan experts --devices 4 --route-tokens 32 --experts 8 --top-k 2 --placement 0,7/1,6/2,5/3,4"""
 
 
 def placement_spec(text: str) -> list[list[int]]:
@@ -40,8 +43,18 @@ def placement_spec(text: str) -> list[list[int]]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--devices", type=int, default=4, help="GPUs sharing the experts (EP size, default 4)")
-    parser.add_argument("--loads", type=float_list, required=True,
+    parser.add_argument("--loads", type=float_list,
                         help="token copies routed to each expert in one layer, comma-separated, expert 0 first")
+    parser.add_argument("--route-tokens", type=int, metavar="N",
+                        help="instead of --loads, route N tokens (spread evenly over the devices) to their top-k "
+                             "experts with Gaussian scores, as the lesson's program does")
+    parser.add_argument("--experts", type=int, default=8, help="with --route-tokens: experts in the layer (default 8)")
+    parser.add_argument("--top-k", type=int, default=2, help="with --route-tokens: experts per token (default 2)")
+    parser.add_argument("--hot-experts", type=int, default=2,
+                        help="with --route-tokens: the first this many experts are popular (default 2)")
+    parser.add_argument("--hot-bias", type=float, default=1.0,
+                        help="with --route-tokens: extra score of the popular experts (default 1.0)")
+    parser.add_argument("--seed", type=int, default=7, help="with --route-tokens: java.util.Random seed (default 7)")
     parser.add_argument("--redundant", type=int, default=0,
                         help="extra expert slots for replicas of the hottest experts (num_redundant_experts, default 0)")
     parser.add_argument("--placement", type=placement_spec,
@@ -86,8 +99,30 @@ def _remote(args: argparse.Namespace) -> tuple[float, float]:
     return total * expected_remote_share(args.devices), total
 
 
+def _route(args: argparse.Namespace) -> list[list[int]] | None:
+    """Route tokens when asked: fills args.loads and args.remote_copies, returns the copy matrix."""
+    if args.route_tokens is None:
+        if args.loads is None:
+            raise PlanError("give --loads or --route-tokens")
+        return None
+    if args.experts % args.devices or args.route_tokens % args.devices or not 0 < args.top_k <= args.experts:
+        raise PlanError("--experts and --route-tokens must divide over --devices, and 0 < --top-k <= --experts")
+    routing = route_tokens(args.route_tokens, args.devices, args.experts, args.top_k, args.hot_experts,
+                           args.hot_bias, args.seed)
+    args.loads = [float(x) for x in routing.expert_loads]
+    if args.remote_copies is None:
+        args.remote_copies = remote_copies(routing.copies)
+    return routing.copies
+
+
+def _matrix(copies: list[list[int]]) -> list[str]:
+    lines = ["token copies   to " + "  ".join(f"dev{d}" for d in range(len(copies)))]
+    return lines + [f"from device {s}" + "".join(f"  {n:4d}" for n in row) for s, row in enumerate(copies)]
+
+
 def run(args: argparse.Namespace) -> int:
     try:
+        copies = _route(args)
         placements = _placements(args)
     except (PlanError, ValueError) as exc:
         return fail("experts", exc)
@@ -96,9 +131,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         doc = {name: {"experts": p.experts, "work": p.work, "max": p.max_work, "mean": p.mean_work,
                       "imbalance": p.imbalance} for name, p in placements.items()}
-        print(json.dumps({"placements": doc, "remote_copies": remote, "copies": total,
-                          "all_to_all_bytes_per_layer": kib * 1024}, indent=2))
+        print(json.dumps({"placements": doc, "remote_copies": remote, "copies": total, "copy_matrix": copies,
+                          "expert_loads": args.loads, "all_to_all_bytes_per_layer": kib * 1024}, indent=2))
         return 0
+    for line in _matrix(copies) if copies else []:
+        print(line)
     print("tokens per expert: " + _list(args.loads))
     c = placements["contiguous"]
     print(f"work per device: {_list(c.work)}, max {_number(c.max_work)} vs mean {fixed(c.mean_work, 0)} "
