@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 import aiohttp
 import pytest
@@ -209,28 +211,62 @@ def test_fault_config_names_the_bad_field():
     assert err.value.field == "error_rate"
 
 
-def test_cli_exit_after_requests_ends_the_process_with_the_crash_status():
+CLI_COMMANDS = {
+    "llama": ["fake_engines.llamacpp.cli", "-m", "llama-3.1-8b-Q4_K_M.gguf"],
+    "vllm": ["fake_engines.vllm.cli", "serve", "llama-3.1-8b", "--served-model-name", "m"],
+}
+
+
+def _start_cli(kind: str, *flags: str) -> tuple[subprocess.Popen, int]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "fake_engines.llamacpp.cli", "-m", "llama-3.1-8b-Q4_K_M.gguf",
-                             "--port", "0", "--time-scale", "0.001", "--fault-exit-after-requests", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=REPO, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", *CLI_COMMANDS[kind], "--port", "0", "--time-scale", "0.001",
+                             *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=REPO, text=True)
+    for line in proc.stdout:
+        if "http://127.0.0.1:" in line:
+            port = int(line.split("http://127.0.0.1:")[1].split()[0])
+            break
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return proc, port
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"{kind} never became healthy")
+
+
+def _completion(port: int) -> urllib.request.Request:
+    return urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=b'{"prompt": "x", "max_tokens": 2}',
+                                  headers={"Content-Type": "application/json"})
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llama"])
+def test_cli_exit_after_requests_ends_the_process_with_the_crash_status(kind):
+    proc, port = _start_cli(kind, "--fault-exit-after-requests", "1")
     try:
-        line = proc.stdout.readline()
-        port = int(line.split("http://127.0.0.1:")[1].split()[0])
-        import urllib.request
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.05)
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=b'{"prompt": "x"}',
-                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(_completion(port), timeout=5) as resp:
+            assert resp.status == 200
         with pytest.raises(OSError):
-            urllib.request.urlopen(req, timeout=5)
+            urllib.request.urlopen(_completion(port), timeout=5)
         assert proc.wait(timeout=10) == CRASH_EXIT_STATUS
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_cli_error_flags_answer_the_status_at_the_rate():
+    proc, port = _start_cli("vllm", "--fault-error-status", "503", "--fault-error-rate", "1")
+    try:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(_completion(port), timeout=5)
+        assert err.value.code == 503 and err.value.headers["Retry-After"] == "1"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_cli_rejects_a_bad_fault_flag_naming_it():
+    proc = subprocess.run([sys.executable, "-m", *CLI_COMMANDS["vllm"], "--fault-error-rate", "3"], cwd=REPO,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert proc.returncode == 1 and "error_rate=3.0" in proc.stderr
