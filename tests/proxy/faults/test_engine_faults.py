@@ -180,3 +180,23 @@ async def test_a_slow_backend_gets_fewer_requests_and_none_fails(engine, proxy_f
     assert all(status == 200 for status, _, _ in results)
     by_backend = [backend for _, backend, _ in results]
     assert by_backend.count(fast.url) > by_backend.count(slow.url)
+
+
+async def test_a_llama_server_dropping_streams_ends_them_with_an_error_event_and_is_ejected(proxy_for):
+    from fake_engines.llamacpp.config import LlamaServerConfig
+    from fake_engines.llamacpp.server import start_llama
+
+    config = LlamaServerConfig(model="llama-3.1-8b-Q4_K_M.gguf", port=0, time_scale=0.01, n_parallel=2)
+    running = await start_llama(config, cold_start=False, faults=FaultInjector(FaultConfig(drop_after_tokens=2)))
+    try:
+        await running.wait_ready()
+        spec = BackendSpec(f"http://127.0.0.1:{running.port}", "llamacpp")
+        p = await proxy_for([spec], breaker=BreakerConfig(failure_threshold=2, success_threshold=1, open_s=60))
+        async with aiohttp.ClientSession() as s:
+            for _ in range(2):
+                status, _, text = await call(s, p.url, {**BODY, "max_tokens": 16, "stream": True})
+                assert status == 200 and text.rstrip().endswith("data: [DONE]")
+                assert json.loads(text.split("\n\n")[-3].removeprefix("data: "))["error"]["code"] == 502
+        assert p.proxy.pool.find(spec.url).state is BackendState.EJECTED
+    finally:
+        await running.close()
