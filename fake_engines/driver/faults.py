@@ -27,7 +27,7 @@ import json
 import logging
 import os
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import asdict, dataclass, fields
 
 from aiohttp import web
@@ -123,6 +123,8 @@ class FaultInjector:
         self.crashed = False
         self.generation_requests = 0
         self._timers: list[asyncio.TimerHandle] = []
+        self._tasks: set[asyncio.Task] = set()
+        """Background fault tasks, referenced so they are not collected mid-way."""
         self.busy: set[asyncio.BaseTransport] = set()
         """Connections with a request being answered (refusing lets those finish)."""
         self.config = FaultConfig()
@@ -144,7 +146,12 @@ class FaultInjector:
         if config.exit_at_s is not None:
             self._timers.append(loop.call_later(config.exit_at_s, self.crash))
         if config.refuse_s is not None:
-            loop.create_task(self.refuse(config.refuse_s))
+            self._spawn(self.refuse(config.refuse_s))
+
+    def _spawn(self, coro: Coroutine[object, object, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def scale_step(self, step_time_s: Callable[..., float]) -> Callable[..., float]:
         """`step_time_s` stretched by the live slow factor."""
@@ -158,7 +165,7 @@ class FaultInjector:
         if self.runner is None:
             return
         for site in list(self.runner.sites):
-            asyncio.get_running_loop().create_task(site.stop())
+            self._spawn(site.stop())
         for handler in self.runner.server.connections if self.runner.server else ():
             handler.force_close()
 
@@ -197,8 +204,9 @@ async def fault_middleware(request: web.Request, handler: Callable[[web.Request]
     faults = request.app[FAULTS_KEY]
     if request.path == ADMIN_PATH:
         return await handler(request)
-    if faults.crashed:
-        request.transport.close() if request.transport else None
+    if faults.crashed:  # a request on a connection opened before the crash
+        if request.transport is not None:
+            request.transport.close()
         raise asyncio.CancelledError
     if faults.config.hang:
         await asyncio.Future()  # cancelled when the client goes away
