@@ -9,7 +9,7 @@ which shows what stale load signals do to a policy.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -222,6 +222,17 @@ class FleetSim:
         elif p.last_token_s is not None:
             p.record.itl_s.append(now_s - p.last_token_s)
         p.last_token_s = now_s
+
+    def on_tokens(self, job: SimJob, times_s: Sequence[float]) -> None:
+        """A decode run's tokens after the first, with their times: one call for the whole run."""
+        if len(times_s) == 0:
+            return
+        p = self.pending[job.index]
+        times = [float(t) for t in times_s]
+        if p.last_token_s is not None:
+            p.record.itl_s.append(times[0] - p.last_token_s)
+        p.record.itl_s.extend(later - earlier for earlier, later in zip(times, times[1:], strict=False))
+        p.last_token_s = times[-1]
 
     def on_finish(self, job: SimJob, now_s: float, prompt_tokens: int, cached_tokens: int,
                   completion_tokens: int) -> None:

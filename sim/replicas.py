@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -39,10 +39,12 @@ class SimJob:
 
 
 class Listener(Protocol):
-    """Progress reports; a listener may also offer `on_tokens(job, times_s)`, taking a decode
-    run's later tokens (never a first token) in one call instead of one `on_token` each."""
+    """Progress reports: tokens one at a time, a decode run's later tokens (never a first token)
+    in one call, and the finish."""
 
     def on_token(self, job: SimJob, now_s: float, first: bool) -> None: ...
+
+    def on_tokens(self, job: SimJob, times_s: Sequence[float]) -> None: ...
 
     def on_finish(self, job: SimJob, now_s: float, prompt_tokens: int, cached_tokens: int,
                   completion_tokens: int) -> None: ...
@@ -177,13 +179,8 @@ class CoreReplica:
         core: Any = self.core
         core.apply_decode_steps(num_steps)
         times_s = run.end_s[:num_steps]
-        on_tokens = getattr(self.listener, "on_tokens", None)
         for job in run.jobs:
-            if on_tokens is not None:
-                on_tokens(job, times_s)
-            else:
-                for end_s in times_s:
-                    self.listener.on_token(job, end_s, first=False)
+            self.listener.on_tokens(job, times_s)
 
     def _finish_run(self, run: _DecodeRun, now_s: float) -> list[Event]:
         if run is not self._run:
