@@ -9,46 +9,36 @@ import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import numpy as np
+
 NONE_HASH = hashlib.sha256(b"flotilla-kv-none-hash").digest()
 """Parent hash of a sequence's first block. Fixed, so routers can compute the same chain."""
 
 
+def _adapter_tag(lora: str | None) -> bytes:
+    # the adapter is part of the key: the same tokens under another LoRA give other KV values
+    return b"\x00" if lora is None else b"\x01" + lora.encode()
+
+
 def hash_block_tokens(parent_hash: bytes | None, token_ids: tuple[int, ...], lora: str | None) -> bytes:
-    """Chained hash of one full block: sha256 over the parent hash, the block's tokens and the adapter.
-
-    The adapter is part of the key because the same tokens under another LoRA give other KV values."""
-    payload = repr((token_ids, lora)).encode()
+    """Chained hash of one full block: sha256 over the parent hash, the block's token ids (as
+    little-endian 32-bit integers) and the adapter."""
+    payload = np.asarray(token_ids, dtype="<u4").tobytes() + _adapter_tag(lora)
     return hashlib.sha256((parent_hash or NONE_HASH) + payload).digest()
-
-
-class _DecimalCache(dict):
-    """str(token id), remembered: prompts and outputs reuse a small vocabulary of ids."""
-
-    MAX_ENTRIES = 1 << 20
-
-    def __missing__(self, token_id: int) -> str:
-        if len(self) >= self.MAX_ENTRIES:
-            self.clear()
-        text = self[token_id] = str(token_id)
-        return text
-
-
-_DECIMAL = _DecimalCache()
 
 
 def hash_block_chain(parent_hash: bytes | None, token_ids: list[int], block_size: int,
                      lora: str | None) -> list[bytes]:
-    """`hash_block_tokens` of each full block of `token_ids`, chained from `parent_hash`.
-
-    Every payload is exactly `repr((tuple(block), lora))`, since str(int) == repr(int) and a
-    tuple's repr joins with ", "; the decimal text of each token id is computed once."""
-    digits = list(map(_DECIMAL.__getitem__, token_ids[:len(token_ids) - len(token_ids) % block_size]))
-    tail = ("), " if block_size > 1 else ",), ") + repr(lora) + ")"
+    """`hash_block_tokens` of each full block of `token_ids`, chained from `parent_hash`; the
+    ids are packed once and sliced per block, which keeps long prompts cheap to hash."""
+    full = len(token_ids) - len(token_ids) % block_size
+    packed = np.asarray(token_ids[:full], dtype="<u4").tobytes()
+    tag, step = _adapter_tag(lora), 4 * block_size
     parent = parent_hash or NONE_HASH
     sha256 = hashlib.sha256
     hashes = []
-    for start in range(0, len(digits), block_size):
-        parent = sha256(parent + ("((" + ", ".join(digits[start:start + block_size]) + tail).encode()).digest()
+    for start in range(0, len(packed), step):
+        parent = sha256(parent + packed[start:start + step] + tag).digest()
         hashes.append(parent)
     return hashes
 
