@@ -11,7 +11,7 @@ COPY policies ./policies
 COPY proxy ./proxy
 COPY loadgen ./loadgen
 COPY sim ./sim
-RUN pip install . && rm -rf /root/.cache
+RUN pip install .
 
 USER flotilla
 EXPOSE 8000
