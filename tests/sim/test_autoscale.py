@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from loadgen.readers import read_trace
 from loadgen.trace import TraceRequest
 from sim.build import EngineSpec
 from sim.run import compare, simulate
+from tests.conftest import REPO
 
 FIXED = EngineSpec(kind="fixed")
 
@@ -31,12 +33,9 @@ def test_fleet_grows_after_a_load_step_and_every_request_completes() -> None:
 
 
 def _example18_ramp() -> list[TraceRequest]:
-    """The seed's Example 18 load as discrete requests: 2 req/s, ramping to 8 between 120 and 240 s."""
-    reqs, t = [], 0.0
-    while t < 600:
-        reqs.append(TraceRequest(timestamp_s=round(t, 6), input_length=16, output_length=1, service_time_s=0.5))
-        t += 1.0 / (2.0 if t < 120 else 2.0 + 6.0 * (t - 120) / 120 if t < 240 else 8.0)
-    return reqs
+    """The seed's Example 18 load as discrete requests (tests/data/seed/example18.jsonl): evenly
+    spaced arrivals at 2 req/s, ramping to 8 between 120 and 240 s, 0.5 s of service each."""
+    return list(read_trace(REPO / "tests" / "data" / "seed" / "example18.jsonl"))
 
 
 def test_long_cold_start_overshoots_with_the_seed_rule_but_not_cold_start_aware() -> None:
