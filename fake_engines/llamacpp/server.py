@@ -3,60 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import socket
-from dataclasses import dataclass
-
-from aiohttp import web
 
 from fake_engines.driver import faults as fault_hooks
+from fake_engines.driver.running import RunningEngine
 from fake_engines.driver.serving import bind_socket, start_on_socket
 from fake_engines.llamacpp.app import SERVER_KEY, LlamaServer, create_app
 from fake_engines.llamacpp.config import LlamaServerConfig
 
 
-@dataclass
-class RunningLlama:
-    """A started look-alike."""
-
-    runner: web.AppRunner
-    """The aiohttp runner (listening from the start)."""
-    sock: socket.socket
-    """The listening socket."""
-    app: web.Application
-    """The application."""
-    ready: asyncio.Event
-    """Set when the model is loaded (/health turns 200)."""
-    load_task: asyncio.Task | None = None
-    """The task that ends the load."""
-    bound_port: int | None = None
-    """The TCP port, read from the socket once."""
-
-    @property
-    def port(self) -> int:
-        """The bound TCP port (still known after the socket is closed)."""
-        if self.bound_port is None:
-            self.bound_port = self.sock.getsockname()[1]
-        return self.bound_port
+class RunningLlama(RunningEngine):
+    """A started fake llama-server: listening at once, answering 503 until the model is loaded."""
 
     @property
     def server(self) -> LlamaServer:
         """Shared handler state."""
         return self.app[SERVER_KEY]
 
-    async def wait_ready(self) -> None:
-        """Return once the model is loaded."""
-        await self.ready.wait()
-
-    async def close(self) -> None:
-        """Stop serving and the engine loop."""
-        if self.load_task is not None:
-            self.load_task.cancel()
-        await self.runner.cleanup()
-
     async def drain_and_close(self) -> None:
         """SIGTERM path: stop accepting, let in-flight requests finish, then stop."""
-        for site in list(self.runner.sites):
-            await site.stop()
+        await self.stop_accepting()
         await self.server.driver.drain()
         await self.close()
 
@@ -81,5 +46,5 @@ async def start_llama(config: LlamaServerConfig, cold_start: bool = True,
         running.server.ready = True
         running.ready.set()
 
-    running.load_task = asyncio.get_running_loop().create_task(load())
+    running.cold_start = asyncio.get_running_loop().create_task(load())
     return running

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
-from dataclasses import dataclass
-
-from aiohttp import web
 
 from fake_engines.driver import faults as fault_hooks
+from fake_engines.driver.running import RunningEngine
 from fake_engines.driver.serving import bind_socket, start_on_socket
 from fake_engines.vllm.app import SERVER_KEY, VllmServer, create_app
 from fake_engines.vllm.config import VllmServeConfig
@@ -17,54 +14,18 @@ from fake_engines.vllm.config import VllmServeConfig
 log = logging.getLogger("fake_engines.vllm")
 
 
-@dataclass
-class RunningVllm:
-    """A started look-alike: its runner, bound port and shared state."""
-
-    runner: web.AppRunner | None
-    """The aiohttp runner, None until the cold start has ended."""
-    sock: socket.socket
-    """The bound socket (listening once ready)."""
-    app: web.Application
-    """The application."""
-    ready: asyncio.Event
-    """Set when the server accepts connections."""
-    go_live: asyncio.Task | None = None
-    """The task that ends the cold start."""
-    bound_port: int | None = None
-    """The TCP port, read from the socket once."""
-
-    @property
-    def port(self) -> int:
-        """The bound TCP port (still known after the socket is closed)."""
-        if self.bound_port is None:
-            self.bound_port = self.sock.getsockname()[1]
-        return self.bound_port
+class RunningVllm(RunningEngine):
+    """A started fake vLLM: the port is bound at once, listening once the cold start ends."""
 
     @property
     def server(self) -> VllmServer:
         """Shared handler state."""
         return self.app[SERVER_KEY]
 
-    async def wait_ready(self) -> None:
-        """Return once connections are accepted."""
-        await self.ready.wait()
-
-    async def close(self) -> None:
-        """Stop serving and the engine loop."""
-        if self.go_live is not None and not self.go_live.done():
-            self.go_live.cancel()
-        if self.runner is not None:
-            await self.runner.cleanup()
-        else:
-            self.sock.close()
-
     async def drain_and_close(self) -> None:
         """SIGTERM path: stop accepting, let in-flight requests finish, then stop."""
         self.server.accepting = False
-        if self.runner is not None:
-            for site in list(self.runner.sites):
-                await site.stop()
+        await self.stop_accepting()
         await self.server.drain()
         await self.close()
 
@@ -91,5 +52,5 @@ async def start_vllm(config: VllmServeConfig, cold_start: bool = True,
         faults.attach(running.runner, config.host, running.port)
         running.ready.set()
 
-    running.go_live = asyncio.get_running_loop().create_task(go_live())
+    running.cold_start = asyncio.get_running_loop().create_task(go_live())
     return running
