@@ -8,6 +8,7 @@ which shows what stale load signals do to a policy.
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -228,10 +229,11 @@ class FleetSim:
         if len(times_s) == 0:
             return
         p = self.pending[job.index]
-        times = [float(t) for t in times_s]
+        times = times_s if isinstance(times_s, list) else [float(t) for t in times_s]
+        itl_s = p.record.itl_s
         if p.last_token_s is not None:
-            p.record.itl_s.append(times[0] - p.last_token_s)
-        p.record.itl_s.extend(later - earlier for earlier, later in zip(times, times[1:], strict=False))
+            itl_s.append(times[0] - p.last_token_s)
+        itl_s.extend(map(operator.sub, times[1:], times))
         p.last_token_s = times[-1]
 
     def on_finish(self, job: SimJob, now_s: float, prompt_tokens: int, cached_tokens: int,

@@ -18,6 +18,7 @@ from fake_engines.core._request import EngineRequest
 from fake_engines.perf.batch import StepBatch
 
 if TYPE_CHECKING:
+    from fake_engines.core._kv_cache_manager import KVCacheManager
     from fake_engines.core._vllm_scheduler import VllmScheduler
 
 
@@ -79,17 +80,63 @@ def decode_run_batch(sched: VllmScheduler) -> tuple[StepBatch, int]:
     return batch, len(running)
 
 
-def _pool_events(running: list[EngineRequest], block_size: int, num_steps: int) -> list[tuple[int, int]]:
+def _pool_events(starts: list[int], block_size: int, num_steps: int) -> list[tuple[int, int]]:
     """(step, request position) where the pool may change: a token opens or fills a block."""
     events = []
-    for pos, request in enumerate(running):
-        first = request.num_tokens  # tokens the request holds when step 0 is scheduled
+    for pos, first in enumerate(starts):  # tokens each request holds when step 0 is scheduled
         # token counts n in [first, first + num_steps) with n % block_size in {0, 1}
         for residue in {0, 1 % block_size}:
             offset = (residue - first) % block_size
             events.extend((step, pos) for step in range(offset, num_steps, block_size))
     events.sort()
     return events
+
+
+def _opens(starts: list[int], held: list[int], block_size: int, num_steps: int) -> list[int] | None:
+    """Request positions in the order step by step takes their new blocks (by step, then
+    position), one entry per block; None unless every request holds the blocks of all but its
+    newest token, as after any decode step. Then a request takes one block exactly when its
+    token count n at scheduling is 1 past a block boundary beyond those it holds."""
+    width = len(starts)
+    keys: list[int] = []
+    for pos, (first, have) in enumerate(zip(starts, held, strict=True)):
+        if have * block_size < first - 1:
+            return None
+        step = have * block_size + 1 - first
+        keys.extend(range(step * width + pos, num_steps * width, block_size * width))
+    keys.sort()
+    return [key % width for key in keys]
+
+
+def _last_cached_tokens(first: int, num_steps: int, block_size: int) -> int:
+    """Most tokens any of the run's cache_full_blocks calls covers for a request starting at
+    `first` tokens (calls come at counts n with n % block_size in {0, 1}); -1 if none."""
+    last = first + num_steps - 1
+    best = -1
+    for residue in {0, 1 % block_size}:
+        count = last - (last - residue) % block_size
+        if count >= first:
+            best = max(best, count)
+    return best
+
+
+def _new_hashes(kv: KVCacheManager, running: list[EngineRequest], num_steps: int,
+                starts: list[int]) -> list[tuple[int, int]] | None:
+    """Per request, the (from, to) block range the run caches; None when a new hash is already
+    cached or repeats, where interleaving with evictions matters and steps go one by one."""
+    size, cached = kv.block_size, kv.block_pool.cached_block_hash_to_block
+    ranges, seen = [], set()
+    for request, start in zip(running, starts, strict=True):
+        hashes = kv._block_hashes(request)
+        last = _last_cached_tokens(start, num_steps, size)
+        num_cached = kv._num_cached_blocks.get(request.request_id, 0)
+        num_full = min(last // size, len(hashes)) if last >= 0 else num_cached
+        for block_hash in hashes[num_cached:num_full]:
+            if block_hash in cached or block_hash in seen:
+                return None
+            seen.add(block_hash)
+        ranges.append((num_cached, num_full))
+    return ranges
 
 
 def apply_decode_steps(sched: VllmScheduler, num_steps: int) -> None:
@@ -100,13 +147,45 @@ def apply_decode_steps(sched: VllmScheduler, num_steps: int) -> None:
     running = sched.running
     kv = sched.kv_cache_manager
     starts = [r.num_tokens for r in running]
-    events = _pool_events(running, kv.block_size, num_steps)
     for request in running:
         request.output_token_ids.extend(next_token_ids(sched._streams[request.request_id], num_steps))
-        if kv.enable_caching:
-            kv._block_hashes(request)  # the run's filled blocks hashed in one chain, not one call each
+    ranges = _new_hashes(kv, running, num_steps, starts) if kv.enable_caching else [(0, 0)] * len(running)
+    if ranges is None or not _apply_in_bulk(kv, running, starts, num_steps, ranges):
+        _apply_step_by_step(sched, num_steps, starts)
+    for request, start in zip(running, starts, strict=True):
+        request.num_computed_tokens = start + num_steps - 1
+    sched._next_step_id += num_steps
+    sched._totals["steps"] += num_steps
+    sched._totals["generation"] += num_steps * len(running)
+
+
+def _apply_in_bulk(kv: KVCacheManager, running: list[EngineRequest], starts: list[int], num_steps: int,
+                   ranges: list[tuple[int, int]]) -> bool:
+    """The run's blocks taken in one pool call, in the order step by step would take them, then
+    each request's filled blocks cached in one call: with no new hash already cached or repeated,
+    the evictions and insertions touch disjoint keys, so their interleaving does not matter.
+    False (nothing changed) when the block tables are not as after a decode step."""
+    tables = [kv._req_blocks[r.request_id] for r in running]
+    order = _opens(starts, [len(t) for t in tables], kv.block_size, num_steps)
+    if order is None:
+        return False
+    if order:
+        for pos, block in zip(order, kv.block_pool.get_new_blocks(len(order)), strict=True):
+            tables[pos].append(block)
+    pool, num_cached = kv.block_pool, kv._num_cached_blocks
+    for request, table, (low, high) in zip(running, tables, ranges, strict=True):
+        if high > low:
+            hashes = kv._req_block_hashes[request.request_id]
+            pool.cache_full_blocks(table[low:high], hashes[low:high])
+            num_cached[request.request_id] = high
+    return True
+
+
+def _apply_step_by_step(sched: VllmScheduler, num_steps: int, starts: list[int]) -> None:
+    running = sched.running
+    kv = sched.kv_cache_manager
     size, pool = kv.block_size, kv.block_pool
-    for step, pos in events:
+    for step, pos in _pool_events(starts, size, num_steps):
         request = running[pos]
         num_tokens = starts[pos] + step  # held when step `step` is scheduled
         # allocate_slots(request, 1) at that step, less its checks: decode_run_length made
@@ -116,8 +195,3 @@ def apply_decode_steps(sched: VllmScheduler, num_steps: int) -> None:
         if missing > 0:
             blocks.extend(pool.get_new_blocks(missing))
         kv.cache_full_blocks(request, num_tokens)
-    for request, start in zip(running, starts, strict=True):
-        request.num_computed_tokens = start + num_steps - 1
-    sched._next_step_id += num_steps
-    sched._totals["steps"] += num_steps
-    sched._totals["generation"] += num_steps * len(running)
