@@ -172,18 +172,18 @@ class FleetSim:
         self.ledgers[decision.index].in_flight += 1
         return self.replicas[decision.index].submit(job, now_s)
 
-    def _views(self, now_s: float) -> list[BackendView]:
-        views = []
-        for i in self._ready():
-            replica, ledger = self.replicas[i], self.ledgers[i]
-            m = replica.metrics() if not self.scrape_interval_s else ledger.scraped
-            views.append(BackendView(
-                index=i, url=f"sim://{i}", in_flight=ledger.in_flight, prefill_tokens=ledger.prefill_tokens,
-                num_requests_running=m.num_requests_running if m else None,
-                num_requests_waiting=m.num_requests_waiting if m else None,
-                kv_cache_usage=m.kv_cache_usage if m else None,
-                metrics_age_s=(now_s - ledger.scraped_at_s) if self.scrape_interval_s and m else 0.0))
-        return views
+    def _views(self, now_s: float) -> Sequence[BackendView]:
+        return _LazyViews(self, self._ready(), now_s)
+
+    def _view(self, i: int, now_s: float) -> BackendView:
+        replica, ledger = self.replicas[i], self.ledgers[i]
+        m = replica.metrics() if not self.scrape_interval_s else ledger.scraped
+        return BackendView(
+            index=i, url=f"sim://{i}", in_flight=ledger.in_flight, prefill_tokens=ledger.prefill_tokens,
+            num_requests_running=m.num_requests_running if m else None,
+            num_requests_waiting=m.num_requests_waiting if m else None,
+            kv_cache_usage=m.kv_cache_usage if m else None,
+            metrics_age_s=(now_s - ledger.scraped_at_s) if self.scrape_interval_s and m else 0.0)
 
     def _scrape(self, now_s: float) -> list[Event]:
         for replica, ledger in zip(self.replicas, self.ledgers, strict=True):
@@ -283,3 +283,25 @@ class FleetSim:
             meta["scaling_decisions"] = dict(sorted(self.autoscaler.decisions.items()))
             meta["peak_waiting"] = max((s.waiting for s in self.autoscaler.history), default=0.0)
         return RunResult(summary=summary, requests=self.records, meta=meta, replicas=self.replica_counts)
+
+
+class _LazyViews(Sequence[BackendView]):
+    """The ready replicas' views, each built when a policy first reads it: reading a replica's
+    metrics is pure, so the views are the same whenever built within one routing decision, and a
+    policy that looks at one backend (round-robin) costs one view, not one per replica."""
+
+    def __init__(self, fleet: FleetSim, ready: list[int], now_s: float) -> None:
+        self._fleet, self._ready, self._now_s = fleet, ready, now_s
+        self._built: dict[int, BackendView] = {}
+
+    def __len__(self) -> int:
+        return len(self._ready)
+
+    def __getitem__(self, position):  # type: ignore[override]
+        if isinstance(position, slice):
+            return [self[i] for i in range(len(self._ready))[position]]
+        position = range(len(self._ready))[position]  # negative indexes and bounds as a list's
+        view = self._built.get(position)
+        if view is None:
+            view = self._built[position] = self._fleet._view(self._ready[position], self._now_s)
+        return view

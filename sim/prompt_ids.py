@@ -39,7 +39,8 @@ def _same_stream(seed: str) -> np.random.RandomState:
 def _draw_ids(seed: str, num_tokens: int) -> np.ndarray:
     """Token ids of `prompts.block_text`'s words for this seed (its `namespace:block_id`)."""
     draws = _same_stream(seed).random_sample(num_tokens)
-    return _WORD_IDS[np.floor(draws * float(len(_WORD_IDS))).astype(np.int64)]
+    draws *= float(len(_WORD_IDS))
+    return _WORD_IDS[draws.astype(np.int64)]  # truncation is floor: the draws are not negative
 
 
 @functools.lru_cache(maxsize=8192)
@@ -65,4 +66,5 @@ def prompt_token_ids(req: TraceRequest, index: int, namespace: str = "flotilla")
         parts.append(_draw_ids(f"{namespace}/request:{index}", missing))
     if not parts:
         return []
-    return np.concatenate(parts)[:req.input_length].tolist()
+    ids = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return ids[:req.input_length].tolist()

@@ -5,7 +5,9 @@ Only `KVCacheManager` calls `BlockPool`; only the pool touches `FreeBlockQueue` 
 
 from __future__ import annotations
 
+import array
 import hashlib
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -27,12 +29,23 @@ def hash_block_tokens(parent_hash: bytes | None, token_ids: tuple[int, ...], lor
     return hashlib.sha256((parent_hash or NONE_HASH) + payload).digest()
 
 
+_NATIVE_U32 = array.array("I").itemsize == 4 and sys.byteorder == "little"
+
+
+def _pack_u32(token_ids: list[int]) -> bytes:
+    """Token ids as little-endian 32-bit integers (array's native 'I' packs a list about twice
+    as fast as numpy where it has that layout; both raise OverflowError outside 0 .. 2**32 - 1)."""
+    if _NATIVE_U32:
+        return array.array("I", token_ids).tobytes()
+    return np.asarray(token_ids, dtype="<u4").tobytes()
+
+
 def hash_block_chain(parent_hash: bytes | None, token_ids: list[int], block_size: int,
                      lora: str | None) -> list[bytes]:
     """`hash_block_tokens` of each full block of `token_ids`, chained from `parent_hash`; the
     ids are packed once and sliced per block, which keeps long prompts cheap to hash."""
     full = len(token_ids) - len(token_ids) % block_size
-    packed = np.asarray(token_ids[:full], dtype="<u4").tobytes()
+    packed = _pack_u32(token_ids[:full])
     tag, step = _adapter_tag(lora), 4 * block_size
     parent = parent_hash or NONE_HASH
     sha256 = hashlib.sha256

@@ -85,12 +85,16 @@ class KVCacheManager:
         num_computed = request.num_computed_tokens + len(computed) * self.block_size
         num_required = -(-(num_computed + num_new_tokens) // self.block_size)
         num_new_blocks = max(0, num_required - len(req_blocks) - len(computed))
-        num_evictable_hits = sum(1 for b in computed if b.ref_cnt == 0)
-        if num_new_blocks + num_evictable_hits > self.block_pool.get_num_free_blocks():
+        if computed:
+            num_evictable_hits = sum(1 for b in computed if b.ref_cnt == 0)
+            if num_new_blocks + num_evictable_hits > self.block_pool.get_num_free_blocks():
+                return None
+            self.block_pool.touch(computed)
+            req_blocks.extend(computed)
+        elif num_new_blocks > self.block_pool.get_num_free_blocks():
             return None
-        self.block_pool.touch(computed)
-        req_blocks.extend(computed)
-        new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
+        # most decode steps need no new block: skip the pool call and the empty list it builds
+        new_blocks = self.block_pool.get_new_blocks(num_new_blocks) if num_new_blocks else []
         req_blocks.extend(new_blocks)
         self.cache_full_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
         return new_blocks
