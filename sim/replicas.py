@@ -198,11 +198,28 @@ class CoreReplica:
             return []
         self._run = None
         done = bisect.bisect_right(run.end_s, now_s)
+        self.next_launch_s = end_s = run.end_s[done]
+        if done + 1 < len(run.end_s):
+            # the step under way finishes no request, so the core takes it with the others now
+            # (its blocks are held from now, as when scheduled); its tokens are reported when it ends
+            core: Any = self.core
+            core.apply_decode_steps(done + 1)
+            times_s = run.end_s[:done]
+            for job in run.jobs:
+                self.listener.on_tokens(job, times_s)
+            return [Event(end_s, Phase.COMPLETION, lambda t: self._finish_applied(run.jobs, t))]
         self._apply_run_steps(run, done)
         step = self.core.schedule()
         assert step is not None
-        self.next_launch_s = end_s = run.end_s[done]
         return [Event(end_s, Phase.COMPLETION, lambda t: self._finish(step, t))]
+
+    def _finish_applied(self, jobs: list[SimJob], now_s: float) -> list[Event]:
+        """The end of a decode step the core has already applied: only its tokens to report."""
+        self.in_flight_steps -= 1
+        times_s = [now_s]
+        for job in jobs:
+            self.listener.on_tokens(job, times_s)
+        return self._launch(now_s)
 
     def _retry_launch(self, now_s: float) -> list[Event]:
         self.launch_pending = False
