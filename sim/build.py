@@ -57,13 +57,13 @@ class EngineSpec:
 def replica_factory(spec: EngineSpec, seed: int = 0) -> ReplicaFactory:
     if spec.kind == "fixed":
         return FixedReplica
-    from fake_engines.perf.step_time import decode_run_s, step_time_s
+    from fake_engines.perf.step_time import decode_run_array_s, step_time_s
 
     cat = load_catalogue(spec.catalogue_files)
     model, gpu = cat.model(spec.model), cat.gpu(spec.gpu)
     link = cat.link(spec.layout.link)
     step_time = functools.partial(step_time_s, model, gpu, layout=spec.layout, link=link)
-    run_time = functools.partial(decode_run_s, model, gpu, layout=spec.layout, link=link)
+    run_time = functools.partial(decode_run_array_s, model, gpu, layout=spec.layout, link=link)
 
     def make(index: int, listener: Listener) -> CoreReplica:
         if spec.kind == "vllm":

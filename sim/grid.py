@@ -9,6 +9,7 @@ the queue would, and the rest vectorised.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,9 +33,11 @@ def step_ends_s(start_s: float, durations_s: Sequence[float]) -> list[float]:
         return _chained(start_s, durations.tolist())
     ticks = durations * 1e9
     # float error of t + d, in nanoseconds, stays below two ulps of the largest time
-    margin = 2.0 * float(np.spacing(last_s)) * 1e9 + 1e-6
+    margin = 2.0 * (math.ulp(last_s) if last_s >= 0.0 else float(np.spacing(last_s))) * 1e9 + 1e-6
     exact = np.flatnonzero(np.abs(ticks - np.floor(ticks) - 0.5) <= margin).tolist()
     steps = np.rint(ticks).astype(np.int64)
+    if not exact:  # the usual case: one cumulative sum
+        return ((round(start_s * 1e9) + np.cumsum(steps)) / 1e9).tolist()
     ends = np.empty(len(durations))
     t, begin = start_s, 0
     for stop in [*exact, len(durations)]:

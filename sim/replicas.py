@@ -89,7 +89,7 @@ class FixedReplica:
 
 
 StepTime = Callable[[StepBatch], float]
-DecodeRunTime = Callable[[StepBatch, int, int], list[float]]
+DecodeRunTime = Callable[[StepBatch, int, int], Sequence[float]]
 """(first batch, context tokens added per step, steps) -> each step's seconds."""
 
 

@@ -254,24 +254,41 @@ def decode_run_s(model: ModelSpec, gpu: GpuSpec, first: StepBatch, context_step:
                  expert_imbalance: float = 1.0) -> list[float]:
     """`step_time_s` of `num_steps` decode steps, the i-th holding `i * context_step` more context
     tokens than `first`, bit for bit; one vectorised pass in the common single-GPU case."""
+    return decode_run_array_s(model, gpu, first, context_step, num_steps, layout, link, dtype_bytes,
+                              expert_imbalance).tolist()
+
+
+def decode_run_array_s(model: ModelSpec, gpu: GpuSpec, first: StepBatch, context_step: int, num_steps: int,
+                       layout: Layout = ONE_GPU, link: LinkSpec | None = None, dtype_bytes: int = 2,
+                       expert_imbalance: float = 1.0) -> np.ndarray:
+    """`decode_run_s` as a float64 array, for callers that go on computing with numpy."""
     if first.prefill_tokens or not _plain(model, layout):
-        return [step_time_s(model, gpu, replace(first, decode_context_tokens=first.decode_context_tokens
-                                                 + i * context_step), layout, link, dtype_bytes, expert_imbalance)
-                for i in range(num_steps)]
+        return np.array([step_time_s(model, gpu, replace(first, decode_context_tokens=first.decode_context_tokens
+                                                          + i * context_step), layout, link, dtype_bytes,
+                                     expert_imbalance)
+                         for i in range(num_steps)], dtype=np.float64)
     _check(first, layout)
-    ctx = first.decode_context_tokens + context_step * np.arange(num_steps, dtype=np.int64)
-    return _decode_roofline_s(model, gpu, first.tokens, ctx, dtype_bytes).tolist()
+    start = first.decode_context_tokens
+    if context_step > 0:
+        ctx = np.arange(start, start + context_step * num_steps, context_step, dtype=np.int64)
+    else:
+        ctx = start + context_step * np.arange(num_steps, dtype=np.int64)
+    return _decode_roofline_s(model, gpu, first.tokens, ctx, dtype_bytes)
 
 
 def _decode_roofline_s(model: ModelSpec, gpu: GpuSpec, tokens: int, ctx: np.ndarray, dtype_bytes: int) -> np.ndarray:
-    # the same operations, in the same order, as device_work and roofline_s with tp = pp = 1
+    # the same operations, in the same order, as device_work and roofline_s with tp = pp = 1;
+    # the scalar parts are folded first (Python evaluates them first too) and the array ops that
+    # are exact identities there (/ 1 and * 1.0 of a float array) are left out
     dense_params = model.params - model.expert_params - model.embedding_params
-    flops = 2.0 * dense_params * tokens / 1 + 4.0 * model.layers * model.heads * model.head_dim * ctx / 1
+    flops = 2.0 * dense_params * tokens / 1 + (4.0 * model.layers * model.heads * model.head_dim) * ctx
     weight_bytes = dense_params * dtype_bytes / 1
     kv_bytes = model.kv_bytes_per_token(dtype_bytes) * ctx * _kv_share(model, 1)
     layers = model.layers * 1.0
     fixed = FIXED_OVERHEAD_S * (layers > 0)
     overhead = fixed + GRAPH_OVERHEAD_PER_LAYER_S * layers
-    mem = (weight_bytes * 1.0 + kv_bytes * 1.0) / (gpu.bandwidth_bytes_s * ACHIEVED_BANDWIDTH_SHARE)
-    comp = flops * 1.0 / (gpu.flops_s * ACHIEVED_FLOP_SHARE)
-    return _smooth_max(overhead + mem, overhead + comp)
+    mem = (weight_bytes * 1.0 + kv_bytes) / (gpu.bandwidth_bytes_s * ACHIEVED_BANDWIDTH_SHARE)
+    comp = flops / (gpu.flops_s * ACHIEVED_FLOP_SHARE)
+    mem += overhead
+    comp += overhead
+    return _smooth_max(mem, comp)
