@@ -1,7 +1,7 @@
 """The `flotilla` command: a thin dispatch into the packages.
 
 Each subcommand lives in its own module exposing ``HELP``, ``add_arguments(parser)`` and
-``run(args) -> int``. Modules are imported only when their subcommand runs, so
+``run(args) -> int``. Those modules import their heavy dependencies inside ``run``, so
 ``flotilla plan`` never pays for aiohttp and ``flotilla proxy`` never pays for matplotlib.
 """
 
@@ -22,24 +22,14 @@ COMMANDS: dict[str, str] = {
 }
 
 
-def _available() -> dict[str, object]:
-    mods = {}
-    for name, module in COMMANDS.items():
-        try:
-            mods[name] = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:  # a real missing dependency, not an unbuilt subcommand
-                raise
-    return mods
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flotilla",
         description="Router, autoscaler, capacity planner, load generator and simulator for LLM engine fleets.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, mod in _available().items():
+    for name, module in COMMANDS.items():
+        mod = importlib.import_module(module)
         p = sub.add_parser(name, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(p)

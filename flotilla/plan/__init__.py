@@ -32,21 +32,10 @@ TOPICS: dict[str, str] = {
 }
 
 
-def _topic_modules() -> dict[str, object]:
-    mods = {}
-    for topic, module in TOPICS.items():
-        full = f"{__name__}.{module}"
-        try:
-            mods[topic] = importlib.import_module(full)
-        except ModuleNotFoundError as exc:
-            if exc.name != full:
-                raise
-    return mods
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="topic", metavar="TOPIC", required=True)
-    for topic, mod in _topic_modules().items():
+    for topic, module in TOPICS.items():
+        mod = importlib.import_module(f"{__name__}.{module}")
         p = sub.add_parser(topic, help=mod.HELP, description=getattr(mod, "DESCRIPTION", mod.HELP),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(p)
