@@ -23,7 +23,7 @@ class GuardConfig:
     """A phase in which other processes used more cores than this on average is repeated."""
     attempts: int = 3
     """Tries per phase, the first included; the quietest try is kept."""
-    quiet_wait_s: float = 3.0
+    quiet_wait_s: float = 1.0
     """Before each try, wait up to this long for the machine's busy share to drop below `quiet_below`."""
     quiet_below: float = 0.3
 

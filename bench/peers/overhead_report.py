@@ -64,7 +64,7 @@ _PANELS = (("high", "p50_ms", "added p50 latency @ high rate (ms)", True),
 
 def plot(records: list[dict], path: Path) -> None:
     """Four bar panels (log scale: LiteLLM is orders of magnitude off), whiskers = min–max over rounds."""
-    names = [t for t in targets_of(records)]
+    names = targets_of(records)
     fig, axes = plt.subplots(2, 2, figsize=(13, 8))
     for ax, (phase, key, title, minus_direct) in zip(axes.flat, _PANELS, strict=True):
         base = spread(_col(records, "direct", phase, key))[0] if minus_direct else 0.0
@@ -72,7 +72,9 @@ def plot(records: list[dict], path: Path) -> None:
         stats = [spread(_col(records, n, phase, key)) or (np.nan,) * 3 for n in shown]
         med = np.array([max(s[0] - base, 1e-3) for s in stats])
         err = np.array([[max(s[0] - s[1], 0) for s in stats], [max(s[2] - s[0], 0) for s in stats]])
-        ax.barh(shown, med, xerr=err, color="tab:blue", ecolor="black", capsize=3)
+        colors = ["tab:blue" if n.startswith("flotilla") else "tab:gray" if n in ("direct", "nginx", "aiohttp floor")
+                  else "tab:orange" for n in shown]
+        ax.barh(shown, med, xerr=err, color=colors, ecolor="black", capsize=3)
         ax.set_xscale("log")
         ax.set_title(title)
         ax.invert_yaxis()

@@ -55,3 +55,10 @@ def test_empty_phase_has_nan_percentiles_and_zero_rate() -> None:
     p = Phase(values_ms=[], errors=4, elapsed_s=0.0)
     assert p.pct(50) != p.pct(50)
     assert p.rate == 0.0
+
+
+def test_wrk_without_a_latency_distribution_gives_nan_not_a_crash() -> None:
+    lines = [ln for ln in WRK_OUT.splitlines() if "%" not in ln or "Stdev" in ln]
+    r = parse_wrk("\n".join(lines))
+    assert r.p50_ms != r.p50_ms and r.p99_ms != r.p99_ms
+    assert r.requests == 31395
