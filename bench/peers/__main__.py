@@ -62,6 +62,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("install", help="install the peers into bench/.peers/ and nginx + wrk (idempotent)")
+    r = sub.add_parser("report", help="rebuild the tables, plots and docs blocks from bench/out/peers-*.json")
+    r.add_argument("--out", type=Path, default=REPO / "bench" / "out")
     o = sub.add_parser("overhead", help="added latency, TTFB, max req/s and CPU per request")
     _common(o)
     o.add_argument("--duration-s", type=float, default=5.0, help="length of each phase (default 5)")
@@ -134,14 +136,18 @@ def cmd_quality(args: argparse.Namespace, command: str) -> str:
     rows = [vars(r) for r in records]
     (args.out / "peers-quality.json").write_text(json.dumps(
         {"command": command, "machine": where, "fleet": vars(cfg), "runs": rows}, indent=1))
-    tables = "\n\n".join(f"**{w.name}** (`flotilla loadgen {' '.join(_rel(a) for a in w.args)} --speedup "
-                         f"{1 / cfg.time_scale:g}`)\n\n{quality_report.table(rows, w.name)}" for w in workloads)
+    tables = "\n\n".join(_workload_table(w, rows, cfg) for w in workloads)
     text = quality_text(command, where, tables, cfg, args)
     if not args.no_write:
         args.img.mkdir(parents=True, exist_ok=True)
         quality_report.plot(rows, [w.name for w in workloads], args.img / "peers-quality.png")
         write_block(args.doc, "peers-quality", text)
     return text
+
+
+def _workload_table(w: object, rows: list[dict], cfg: object) -> str:
+    return (f"**{w.name}** (`flotilla loadgen {' '.join(_rel(a) for a in w.args)} --speedup "
+            f"{1 / cfg.time_scale:g}`)\n\n{quality_report.table(rows, w.name)}")
 
 
 def _rel(arg: str) -> str:
@@ -179,11 +185,37 @@ saw, † above {args.max_other_cores:g}.
 """
 
 
+def cmd_report(out: Path) -> int:
+    """Re-render from saved JSON: the same text the run wrote, without running anything."""
+    from bench.peers.overhead import OverheadConfig
+    from bench.peers.quality import WORKLOADS, FleetConfig
+    if (path := out / "peers-overhead.json").exists():
+        data = json.loads(path.read_text())
+        args = parser().parse_args(data["command"].split()[3:])
+        cfg = OverheadConfig(**data["config"])
+        rates = {"low": cfg.low_rate, "high": cfg.high_rate, "stream": cfg.stream_rate}
+        table = overhead_report.table(data["phases"], rates)
+        overhead_report.plot(data["phases"], args.img / "peers-overhead.png")
+        write_block(args.doc, "peers-overhead",
+                    overhead_text(data["command"], data["machine"], table, data["startup_s"], cfg, args))
+    if (path := out / "peers-quality.json").exists():
+        data = json.loads(path.read_text())
+        args = parser().parse_args(data["command"].split()[3:])
+        cfg, rows = FleetConfig(**data["fleet"]), data["runs"]
+        names = list(dict.fromkeys(r["workload"] for r in rows))
+        tables = "\n\n".join(_workload_table(w, rows, cfg) for w in WORKLOADS if w.name in names)
+        quality_report.plot(rows, names, args.img / "peers-quality.png")
+        write_block(args.doc, "peers-quality", quality_text(data["command"], data["machine"], tables, cfg, args))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
     if args.cmd == "install":
         return installer.main()
+    if args.cmd == "report":
+        return cmd_report(args.out)
     if not args.no_netns and shutil.which("ip"):
         enter_netns(args.netns, argv)
     command = "python -m bench.peers " + " ".join(argv)

@@ -42,7 +42,7 @@ def table(records: list[dict], workload: str) -> str:
     return markdown_table(head, rows)
 
 
-_PANELS = (("ttft_p99_s", "TTFT p99 (ms)", 1000.0), ("engine_hit_rate", "prefix-cache hit %", 100.0),
+_PANELS = (("ttft_p99_s", "TTFT p99 (ms, log)", 1000.0), ("engine_hit_rate", "prefix-cache hit %", 100.0),
            ("goodput_per_s", "goodput (req/s)", 1.0))
 
 
@@ -59,6 +59,8 @@ def plot(records: list[dict], workloads: list[str], path: Path) -> None:
             colors = ["tab:blue" if n.startswith("flotilla") else "tab:orange" for n in routers]
             ax.barh(routers, med, xerr=err, color=colors, ecolor="black", capsize=3)
             ax.invert_yaxis()
+            if "log" in title:  # one saturated router would flatten the rest
+                ax.set_xscale("log")
             ax.set_title(f"{wl}: {title}", fontsize=10)
             ax.tick_params(labelsize=8)
     fig.tight_layout()
