@@ -39,21 +39,24 @@ async def _one(session: aiohttp.ClientSession, url: str, stream: bool, t0: float
         if stream:  # time to the first event, then drain (the whole stream must arrive)
             await resp.content.readuntil(b"\n\n")
             out.append((time.perf_counter() - t0) * 1000)
-            rest = await resp.read()
-            return rest.endswith(b"data: [DONE]\n\n")
+            # some proxies re-frame the stream: accept [DONE] with any trailing whitespace
+            return (await resp.read()).rstrip().endswith(b"data: [DONE]")
         await resp.read()
         out.append((time.perf_counter() - t0) * 1000)
         return True
 
 
 async def open_loop(url: str, rate: float, duration_s: float, stream: bool = False,
+                    headers: dict[str, str] | None = None, timeout_s: float = 30.0,
                     tick: Callable[[], None] | None = None) -> Latencies:
     """Request i is sent at t0 + i / rate; its latency counts from that scheduled time, so a
     target that falls behind shows it (no coordinated omission)."""
     out: list[float] = []
     n = int(rate * duration_s)
     # perf_counter, not loop.time(): uvloop's clock ticks in whole milliseconds.
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), headers=headers,
+                                     timeout=timeout) as session:
         start = time.perf_counter() + 0.05
         tasks = []
         for i in range(n):

@@ -1,79 +1,16 @@
-"""Load for the overhead benchmark: an open-loop aiohttp client at a fixed rate (non-streaming
-latency, or streaming time to first byte), and wrk for the most requests per second."""
+"""Load for the peer overhead benchmark: wrk for the most requests per second. The open-loop
+client (fixed rate, latency or streaming time to first byte) is bench/overhead's, shared."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import re
 import subprocess
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
-import numpy as np
+from bench.overhead.load import BODY, Latencies, open_loop
 
-MODEL = "bench"
-BODY = json.dumps({"model": MODEL, "prompt": "hello", "max_tokens": 2}).encode()
-STREAM_BODY = json.dumps({"model": MODEL, "prompt": "hello", "max_tokens": 16, "stream": True}).encode()
-
-
-@dataclass
-class Phase:
-    """One load phase against one target."""
-
-    values_ms: list[float]
-    """Latency (non-streaming) or time to the first SSE event (streaming) of each good request, ms."""
-    errors: int
-    """Requests that failed, timed out, or (streaming) did not end with [DONE]."""
-    elapsed_s: float
-    """From the first scheduled send to the last answer."""
-
-    def pct(self, q: float) -> float:
-        return float(np.percentile(self.values_ms, q)) if self.values_ms else float("nan")
-
-    @property
-    def rate(self) -> float:
-        return len(self.values_ms) / self.elapsed_s if self.elapsed_s else 0.0
-
-
-async def _one(session: aiohttp.ClientSession, url: str, stream: bool, t0: float, out: list[float]) -> bool:
-    async with session.post(url, data=STREAM_BODY if stream else BODY) as resp:
-        if resp.status != 200:
-            await resp.read()
-            return False
-        if stream:
-            await resp.content.readuntil(b"\n\n")
-            out.append((time.perf_counter() - t0) * 1000)
-            return (await resp.read()).rstrip().endswith(b"data: [DONE]")
-        await resp.read()
-        out.append((time.perf_counter() - t0) * 1000)
-        return True
-
-
-async def open_loop(url: str, rate: float, duration_s: float, stream: bool = False,
-                    headers: dict[str, str] | None = None, timeout_s: float = 30.0,
-                    tick: Callable[[], None] | None = None) -> Phase:
-    """Request i leaves at t0 + i/rate and its latency counts from then (no coordinated omission)."""
-    out: list[float] = []
-    hdrs = {"Content-Type": "application/json", **(headers or {})}
-    timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), headers=hdrs,
-                                     timeout=timeout) as session:
-        start = time.perf_counter() + 0.05
-        tasks = []
-        for i in range(int(rate * duration_s)):
-            t = start + i / rate
-            if (delay := t - time.perf_counter()) > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(_one(session, url, stream, t, out)))
-            if tick:
-                tick()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        elapsed = time.perf_counter() - start
-    return Phase(out, sum(1 for r in results if r is not True), elapsed)
+__all__ = ["BODY", "Latencies", "WrkResult", "open_loop", "parse_wrk", "run_wrk"]
 
 
 WRK_LUA = """wrk.method = "POST"

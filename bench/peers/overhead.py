@@ -14,7 +14,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from bench.peers.launch import RouterSpec, launch
-from bench.peers.load import Phase, WrkResult, open_loop, run_wrk
+from bench.peers.load import Latencies, WrkResult, open_loop, run_wrk
 from bench.peers.noise import GuardConfig, guarded
 from bench.peers.procs import Proc, free_port, spawn, tree_cpu_s, wait_http
 
@@ -105,7 +105,7 @@ def start_target(spec: RouterSpec, backend: str, workdir: Path) -> Started:
 
 
 def _phase_fn(t: Started, phase: str, cfg: OverheadConfig, workdir: Path,
-              tick: Callable[[], None]) -> Callable[[], Phase | WrkResult]:
+              tick: Callable[[], None]) -> Callable[[], Latencies | WrkResult]:
     url = t.url + "/v1/completions"
     rates = {"low": cfg.low_rate, "high": cfg.high_rate, "stream": cfg.stream_rate}
     if phase == "max":
@@ -131,7 +131,7 @@ def measure(t: Started, phase: str, rnd: int, cfg: OverheadConfig, guard: GuardC
     """One guarded phase, with the router's CPU counted around it."""
     cpu: list[float] = []
 
-    def run() -> Phase | WrkResult:
+    def run() -> Latencies | WrkResult:
         c0 = tree_cpu_s(t.proc.pid) if t.proc else 0.0
         out = _phase_fn(t, phase, cfg, workdir, tick)()
         cpu.append(tree_cpu_s(t.proc.pid) - c0 if t.proc else 0.0)

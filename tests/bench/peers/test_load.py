@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.peers.load import Phase, parse_wrk
+from bench.peers.load import Latencies, parse_wrk
 
 WRK_OUT = """Running 5s test @ http://127.0.0.1:40123/v1/completions
   1 threads and 64 connections
@@ -45,14 +45,14 @@ def test_wrk_clean_run_has_no_errors_and_seconds_convert() -> None:
 
 
 def test_phase_percentiles_and_rate() -> None:
-    p = Phase(values_ms=[float(v) for v in range(1, 101)], errors=0, elapsed_s=2.0)
+    p = Latencies(values_ms=[float(v) for v in range(1, 101)], errors=0, elapsed_s=2.0)
     assert p.pct(50) == pytest.approx(50.5)
     assert p.pct(99) == pytest.approx(99.01)
     assert p.rate == 50.0
 
 
 def test_empty_phase_has_nan_percentiles_and_zero_rate() -> None:
-    p = Phase(values_ms=[], errors=4, elapsed_s=0.0)
+    p = Latencies(values_ms=[], errors=4, elapsed_s=0.0)
     assert p.pct(50) != p.pct(50)
     assert p.rate == 0.0
 
