@@ -83,7 +83,7 @@ class PrefixAware(RoutingPolicy):
         hashes = block_hashes(request, self.shape)
         decision = self._decide(backends, hashes)
         chosen = next(b for b in backends if b.index == decision.index)
-        self.index.insert(chosen.url, hashes, self.capacity_blocks(chosen))
+        self.index.record(chosen, hashes, self.config.block_size_tokens)
         return decision
 
     def _decide(self, backends: Sequence[BackendView], hashes: list[int]) -> Decision:
@@ -105,15 +105,9 @@ class PrefixAware(RoutingPolicy):
         matched, _, _, best = max(scored, key=lambda s: s[:3])
         return best, matched
 
-    def capacity_blocks(self, backend: BackendView) -> int:
-        if backend.cache_capacity_tokens is None:
-            return self.index.default_capacity_blocks
-        return backend.cache_capacity_tokens // self.config.block_size_tokens
-
     def match_fraction(self, backend: BackendView, request: RequestInfo) -> float:
         """Share of the request's blocks the index believes `backend` holds (0 for no blocks)."""
-        hashes = block_hashes(request, self.shape)
-        return self.index.match(backend.url, hashes) / len(hashes) if hashes else 0.0
+        return self.index.match_fraction(backend.url, block_hashes(request, self.shape))
 
     def reset(self) -> None:
         self.index.clear()

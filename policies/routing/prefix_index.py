@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from policies.routing.base import RequestInfo
+from policies.routing.base import BackendView, RequestInfo
 from policies.routing.hash_ring import stable_hash
 
 
@@ -94,3 +94,14 @@ class PrefixIndex:
 
     def clear(self) -> None:
         self._lru.clear()
+
+    def record(self, backend: BackendView, hashes: Sequence[int], block_size_tokens: int) -> None:
+        """Remember that `backend` now caches `hashes`; its LRU holds as many blocks as its
+        scraped KV capacity, or the default while the engine has not reported one."""
+        capacity = (self.default_capacity_blocks if backend.cache_capacity_tokens is None
+                    else backend.cache_capacity_tokens // block_size_tokens)
+        self.insert(backend.url, hashes, capacity)
+
+    def match_fraction(self, url: str, hashes: Sequence[int]) -> float:
+        """Share of `hashes` (a prompt's blocks) the index believes `url` holds; 0 for no blocks."""
+        return self.match(url, hashes) / len(hashes) if hashes else 0.0

@@ -91,7 +91,7 @@ class Weighted(RoutingPolicy):
         ranked = sorted(range(len(backends)), key=lambda i: (-_total(table[i]), backends[i].index))
         winner = backends[ranked[0]]
         rule = self._rule(table, ranked)
-        self.index.insert(winner.url, hashes, self._capacity_blocks(winner))
+        self.index.record(winner, hashes, self.config.block_size_tokens)
         return Decision(winner.index, rule)
 
     def scores(
@@ -109,14 +109,11 @@ class Weighted(RoutingPolicy):
                 {
                     "queue": cfg.queue * queue,
                     "kv-cache": cfg.kv * (1.0 - load_of(backend, "kv_cache_usage")),
-                    "prefix-match": cfg.prefix * self._prefix(backend, hashes) if near else 0.0,
+                    "prefix-match": cfg.prefix * self.index.match_fraction(backend.url, hashes) if near else 0.0,
                     "lora": cfg.lora * _lora_score(backend, request) if near else 0.0,
                 }
             )
         return table
-
-    def _prefix(self, backend: BackendView, hashes: list[int]) -> float:
-        return self.index.match(backend.url, hashes) / len(hashes) if hashes else 0.0
 
     def _rule(self, table: list[dict[str, float]], ranked: list[int]) -> str:
         if len(ranked) == 1:
@@ -125,11 +122,6 @@ class Weighted(RoutingPolicy):
         if _total(first) == _total(second):
             return "tie"
         return max(SCORERS, key=lambda s: first[s] - second[s])
-
-    def _capacity_blocks(self, backend: BackendView) -> int:
-        if backend.cache_capacity_tokens is None:
-            return self.index.default_capacity_blocks
-        return backend.cache_capacity_tokens // self.config.block_size_tokens
 
     def reset(self) -> None:
         self.index.clear()

@@ -41,3 +41,16 @@ def test_lru_evicts_the_deepest_blocks_of_the_oldest_prompt_first():
     assert index.match("u", [7, 8]) == 2
     assert index.match("u", [1, 5]) == 2
     assert index.match("other", [1]) == 0
+
+
+def test_record_sizes_each_backend_lru_from_its_scraped_kv_capacity():
+    from policies.routing.base import BackendView
+
+    index = PrefixIndex(default_capacity_blocks=100)
+    small = BackendView(index=0, url="small", cache_capacity_tokens=2 * 16)  # room for 2 blocks of 16 tokens
+    unknown = BackendView(index=1, url="unknown")
+    index.record(small, [1, 2, 3], block_size_tokens=16)
+    index.record(unknown, [1, 2, 3], block_size_tokens=16)
+    assert (index.size("small"), index.size("unknown")) == (2, 3)
+    assert index.match_fraction("unknown", [1, 2, 3, 4]) == 0.75
+    assert index.match_fraction("small", []) == 0.0
