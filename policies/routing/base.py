@@ -7,6 +7,7 @@ in time-scaled tests and in the simulator.
 
 from __future__ import annotations
 
+import abc
 import enum
 import random
 from collections.abc import Mapping, Sequence
@@ -81,7 +82,7 @@ class Decision:
     """Short name of the rule that decided, e.g. `prefix-match` or `load-guard`."""
 
 
-class RoutingPolicy:
+class RoutingPolicy(abc.ABC):
     """Base class: subclasses set `name`, optionally `Config`, and implement `select`."""
 
     name: ClassVar[str] = ""
@@ -92,14 +93,14 @@ class RoutingPolicy:
         self.config = config if config is not None or self.Config is None else self.Config()
         self.rng = rng if rng is not None else random.Random(0)
 
+    @abc.abstractmethod
     def select(self, backends: Sequence[BackendView], request: RequestInfo) -> Decision | None:
         """Pick one of `backends` (already filtered to routable ones), or None if none fits."""
-        raise NotImplementedError
 
-    def on_request_complete(
+    def on_request_complete(  # noqa: B027 (an optional hook: a no-op unless overridden)
         self, backend: BackendView, request: RequestInfo, prompt_tokens: int = 0, cached_tokens: int = 0
     ) -> None:
         """Feedback after a request finished on `backend`; a no-op unless a policy learns from it."""
 
-    def reset(self) -> None:
+    def reset(self) -> None:  # noqa: B027 (an optional hook: a no-op unless overridden)
         """Forget learned state (backends changed wholesale)."""

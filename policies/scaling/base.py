@@ -9,6 +9,7 @@ were given, so the same object runs live, time-scaled and in the fluid what-if.
 
 from __future__ import annotations
 
+import abc
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -259,7 +260,7 @@ def _cooling_down(fleet: FleetState, limits: ScalingLimits) -> bool:
 
 
 @dataclass
-class ScalingPolicy:
+class ScalingPolicy(abc.ABC):
     """Base class: subclasses set `name` and `Config` and implement `recommend`."""
 
     config: object | None = None
@@ -287,8 +288,9 @@ class ScalingPolicy:
             return ScalingDecision(rec.desired + kept, rec.reason, f"{rec.detail}; {kept} kept: not drainable", drain)
         return ScalingDecision(rec.desired, rec.reason, rec.detail, drain)
 
+    @abc.abstractmethod
     def recommend(self, history: Sequence[ScalingSignals], fleet: FleetState) -> Recommendation:
-        raise NotImplementedError
+        """The policy's own rule, before the shared limits apply."""
 
     def choose_drain(self, fleet: FleetState, count: int) -> list[str]:
         """Up to `count` replicas to remove (fewer where a policy protects some), in Kubernetes
@@ -297,7 +299,7 @@ class ScalingPolicy:
         ready = sorted(fleet.in_state(ReplicaState.READY), key=lambda r: (-r.started_at_s, r.replica_id))
         return [r.replica_id for r in (starting + ready)[:count]]
 
-    def reset(self) -> None:
+    def reset(self) -> None:  # noqa: B027 (an optional hook: a no-op unless overridden)
         """Forget remembered recommendations (the fleet was replaced wholesale)."""
 
 

@@ -167,3 +167,13 @@ def test_a_policy_built_without_a_config_gets_its_defaults():
     assert PrefixAware().config == PrefixAwareConfig()
     assert PrefixAware().config.balance_abs_threshold == 64
     assert RoundRobin().select(views(2), RequestInfo()).index == 0
+
+
+def test_a_policy_without_select_cannot_be_built():
+    from policies.routing.base import RoutingPolicy
+
+    class Incomplete(RoutingPolicy):
+        name = "incomplete"
+
+    with pytest.raises(TypeError, match="select"):
+        Incomplete()
