@@ -27,6 +27,7 @@ ENGINE_FLAGS: dict[str, tuple[str, type, tuple[str, ...]]] = {
     "--max-num-batched-tokens": ("max_num_batched_tokens", int, ("vllm",)),
     "--max-model-len": ("max_model_len", int, ("vllm",)),
     "--max-loras": ("max_loras", int, ("vllm",)),
+    "--prefix-caching-hash-algo": ("prefix_caching_hash_algo", str, ("vllm",)),
     "-c": ("n_ctx", int, ("llamacpp",)),
     "-np": ("n_parallel", int, ("llamacpp",)),
     "-b": ("n_batch", int, ("llamacpp",)),

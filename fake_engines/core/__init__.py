@@ -6,7 +6,7 @@ Drivers (the asyncio live driver, the simulator) talk to an `EngineCore` only: `
 hash, exported so a prefix-aware router can compute the same chain.
 """
 
-from fake_engines.core._block_pool import NONE_HASH, hash_block_tokens
+from fake_engines.core._block_pool import HASH_ALGOS, NONE_HASH, hash_block_tokens
 from fake_engines.core._config import ConfigError, LlamaCppSchedulerConfig, VllmSchedulerConfig
 from fake_engines.core._generator import OutputLengthSampler, next_token_id, token_stream
 from fake_engines.core._llamacpp_scheduler import LlamaCppScheduler
@@ -26,6 +26,7 @@ from fake_engines.core._vllm_scheduler import VllmScheduler
 
 __all__ = [
     "CHARS_PER_TOKEN",
+    "HASH_ALGOS",
     "NONE_HASH",
     "VOCAB_SIZE",
     "ConfigError",

@@ -6,15 +6,20 @@ Only `KVCacheManager` calls `BlockPool`; only the pool touches `FreeBlockQueue` 
 from __future__ import annotations
 
 import array
+import functools
 import hashlib
 import sys
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 NONE_HASH = hashlib.sha256(b"flotilla-kv-none-hash").digest()
 """Parent hash of a sequence's first block. Fixed, so routers can compute the same chain."""
+
+BlockHash = bytes | int
+"""A full block's key: a sha256 digest, or an int with the builtin algorithm."""
 
 
 def _adapter_tag(lora: str | None) -> bytes:
@@ -40,22 +45,63 @@ def _pack_u32(token_ids: list[int]) -> bytes:
     return np.asarray(token_ids, dtype="<u4").tobytes()
 
 
-def hash_block_chain(parent_hash: bytes | None, token_ids: list[int], block_size: int,
-                     lora: str | None) -> list[bytes]:
-    """`hash_block_tokens` of each full block of `token_ids`, chained from `parent_hash`; the
-    ids are packed once and sliced per block, which keeps long prompts cheap to hash."""
+def _sha256_chain(parent_hash: BlockHash | None, token_ids: list[int], block_size: int,
+                  lora: str | None) -> list[BlockHash]:
+    # the ids are packed once and sliced per block, which keeps long prompts cheap to hash
     full = len(token_ids) - len(token_ids) % block_size
     packed = _pack_u32(token_ids[:full])
     tag, step = _adapter_tag(lora), 4 * block_size
     parent = parent_hash or NONE_HASH
     sha256 = hashlib.sha256
-    hashes = []
+    hashes: list[BlockHash] = []
     append = hashes.append
     # each block's payload (its ids and the adapter tag) cut in one pass; the chain is the only serial part
     for payload in [packed[start:start + step] + tag for start in range(0, len(packed), step)]:
-        parent = sha256(parent + payload).digest()
+        parent = sha256(parent + payload).digest()  # type: ignore[operator]
         append(parent)
     return hashes
+
+
+BUILTIN_NONE_HASH = int.from_bytes(NONE_HASH[:8], "little")
+"""`NONE_HASH` of the builtin algorithm: fixed, unlike vLLM's random one, so runs replay exactly."""
+
+
+@functools.lru_cache(maxsize=256)
+def _adapter_key(lora: str | None) -> int | None:
+    # str hashes change with PYTHONHASHSEED; an int from the name keeps the chain the same every run
+    return None if lora is None else int.from_bytes(hashlib.sha256(lora.encode()).digest()[:8], "little")
+
+
+def _builtin_chain(parent_hash: BlockHash | None, token_ids: list[int], block_size: int,
+                   lora: str | None) -> list[BlockHash]:
+    # vLLM's `builtin` algorithm: hash((parent, tuple(block token ids), extra keys)); tuples of
+    # ints hash the same in every process, and the blocks are cut from one tuple of the ids
+    full = len(token_ids) - len(token_ids) % block_size
+    ids = tuple(token_ids[:full])
+    extra = _adapter_key(lora)
+    parent = BUILTIN_NONE_HASH if parent_hash is None else parent_hash
+    hashes: list[BlockHash] = []
+    append = hashes.append
+    for start in range(0, full, block_size):
+        parent = hash((parent, ids[start:start + block_size], extra))
+        append(parent)
+    return hashes
+
+
+HASH_ALGOS: dict[str, Callable[[BlockHash | None, list[int], int, str | None], list[BlockHash]]] = {
+    "sha256": _sha256_chain,
+    "builtin": _builtin_chain,
+}
+"""`--prefix-caching-hash-algo` values. sha256 (vLLM's default) keys blocks by 32-byte digests
+that agree across processes; builtin (vLLM's earlier default) by Python's 64-bit tuple hash,
+about twice as fast and, with 2**64 keys, as good for one engine's own cache."""
+
+
+def hash_block_chain(parent_hash: BlockHash | None, token_ids: list[int], block_size: int,
+                     lora: str | None, algo: str = "sha256") -> list[BlockHash]:
+    """The chained hash of each full block of `token_ids`, from `parent_hash` (None: the start
+    of a sequence); with sha256, each is `hash_block_tokens` of its block."""
+    return HASH_ALGOS[algo](parent_hash, token_ids, block_size, lora)
 
 
 @dataclass(slots=True)  # hundreds of thousands per fleet, touched on every block taken or freed
@@ -66,7 +112,7 @@ class KVCacheBlock:
     """Index in the pool, 0 .. num_gpu_blocks - 1; 0 is the null block and never handed out."""
     ref_cnt: int = 0
     """Live requests using the block; 0 means it sits in the free queue."""
-    block_hash: bytes | None = None
+    block_hash: BlockHash | None = None
     """Hash of the full block's contents, kept after freeing until the block is evicted."""
 
 
@@ -115,7 +161,7 @@ class BlockPool:
         self.enable_caching = enable_caching
         # Block 0 is vLLM's null block: it is never free, so usage is out of num_gpu_blocks - 1.
         self.free_block_queue = FreeBlockQueue(self.blocks[1:])
-        self.cached_block_hash_to_block: dict[bytes, KVCacheBlock] = {}
+        self.cached_block_hash_to_block: dict[BlockHash, KVCacheBlock] = {}
 
     @property
     def num_usable_blocks(self) -> int:
@@ -130,7 +176,7 @@ class BlockPool:
         """Fraction of usable blocks referenced by live requests."""
         return 1.0 - self.get_num_free_blocks() / self.num_usable_blocks
 
-    def get_cached_block(self, block_hash: bytes) -> KVCacheBlock | None:
+    def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
         """The block holding these contents, if still cached."""
         return self.cached_block_hash_to_block.get(block_hash)
 
@@ -164,14 +210,14 @@ class BlockPool:
                 self.free_block_queue.remove(block)
             block.ref_cnt += 1
 
-    def cache_full_block(self, block: KVCacheBlock, block_hash: bytes) -> None:
+    def cache_full_block(self, block: KVCacheBlock, block_hash: BlockHash) -> None:
         """Record a newly full block's hash; the first block with given contents stays the one found."""
         if not self.enable_caching or block.block_hash is not None:
             return
         block.block_hash = block_hash
         self.cached_block_hash_to_block.setdefault(block_hash, block)
 
-    def cache_full_blocks(self, blocks: list[KVCacheBlock], block_hashes: list[bytes]) -> None:
+    def cache_full_blocks(self, blocks: list[KVCacheBlock], block_hashes: list[BlockHash]) -> None:
         """`cache_full_block` of each block with its hash, in order."""
         if not self.enable_caching:
             return

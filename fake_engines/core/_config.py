@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fake_engines.core._block_pool import HASH_ALGOS
+
 
 class ConfigError(ValueError):
     """A configuration field holds a value the engine cannot run with."""
@@ -36,6 +38,8 @@ class VllmSchedulerConfig:
     """Tokens per KV block."""
     enable_prefix_caching: bool = True
     """Reuse full blocks across requests by hash."""
+    prefix_caching_hash_algo: str = "sha256"
+    """Block key: "sha256" (digests that agree across processes) or "builtin" (Python's tuple hash, faster)."""
     max_loras: int = 1
     """Most distinct LoRA adapters in one step (only when LoRA is used)."""
     long_prefill_token_threshold: int = 0
@@ -58,6 +62,9 @@ class VllmSchedulerConfig:
             raise ConfigError("num_gpu_blocks", self.num_gpu_blocks,
                               f"the model's max seq len ({self.max_model_len}) is larger than the maximum "
                               f"number of tokens that can be stored in KV cache ({kv_tokens})")
+        if self.prefix_caching_hash_algo not in HASH_ALGOS:
+            raise ConfigError("prefix_caching_hash_algo", self.prefix_caching_hash_algo,
+                              f"must be one of {', '.join(HASH_ALGOS)}")
         if self.long_prefill_token_threshold < 0:
             raise ConfigError("long_prefill_token_threshold", self.long_prefill_token_threshold, "must be >= 0")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fake_engines.core._block_pool import BlockPool, KVCacheBlock, hash_block_chain
+from fake_engines.core._block_pool import HASH_ALGOS, BlockHash, BlockPool, KVCacheBlock
 from fake_engines.core._request import EngineRequest
 
 
@@ -21,14 +21,16 @@ class PrefixCacheStats:
 class KVCacheManager:
     """Allocates, shares and frees the KV blocks of requests; the scheduler's only door to the pool."""
 
-    def __init__(self, num_gpu_blocks: int, block_size: int, enable_caching: bool) -> None:
+    def __init__(self, num_gpu_blocks: int, block_size: int, enable_caching: bool,
+                 hash_algo: str = "sha256") -> None:
         self.block_size = block_size
+        self._hash_chain = HASH_ALGOS[hash_algo]
         self.enable_caching = enable_caching
         self.block_pool = BlockPool(num_gpu_blocks, enable_caching)
         self.prefix_cache_stats = PrefixCacheStats()
         self._req_blocks: dict[str, list[KVCacheBlock]] = {}
         self._num_cached_blocks: dict[str, int] = {}
-        self._req_block_hashes: dict[str, list[bytes]] = {}
+        self._req_block_hashes: dict[str, list[BlockHash]] = {}
 
     @property
     def usage(self) -> float:
@@ -39,7 +41,7 @@ class KVCacheManager:
         """The request's block table (block ids in token order)."""
         return [b.block_id for b in self._req_blocks.get(request_id, [])]
 
-    def _block_hashes(self, request: EngineRequest) -> list[bytes]:
+    def _block_hashes(self, request: EngineRequest) -> list[BlockHash]:
         """Hashes of the request's full blocks, extended as it grows."""
         hashes = self._req_block_hashes.setdefault(request.request_id, [])
         size = self.block_size
@@ -50,7 +52,7 @@ class KVCacheManager:
         tail = prompt[start:] + request.output_token_ids if start < len(prompt) \
             else request.output_token_ids[start - len(prompt):]
         parent = hashes[-1] if hashes else None
-        hashes.extend(hash_block_chain(parent, tail, size, request.lora))
+        hashes.extend(self._hash_chain(parent, tail, size, request.lora))
         return hashes
 
     def get_computed_blocks(self, request: EngineRequest) -> tuple[list[KVCacheBlock], int]:

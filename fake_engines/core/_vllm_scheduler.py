@@ -52,7 +52,8 @@ class VllmScheduler:
         self.max_concurrent_batches = config.max_concurrent_batches
         self.max_model_len: int = config.max_model_len or 0
         self.kv_cache_manager = KVCacheManager(
-            config.num_gpu_blocks, config.block_size, config.enable_prefix_caching)
+            config.num_gpu_blocks, config.block_size, config.enable_prefix_caching,
+            config.prefix_caching_hash_algo)
         self.waiting: deque[EngineRequest] = deque()
         self.running: list[EngineRequest] = []
         self.requests: dict[str, EngineRequest] = {}

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import sys
 
+from fake_engines.core import HASH_ALGOS
 from fake_engines.driver.faults import FaultConfigError, FaultInjector, add_fault_arguments, faults_from_args
 from fake_engines.vllm.config import ServeConfigError, VllmServeConfig, parse_lora_modules
 from fake_engines.vllm.engine import ModelDoesNotFit
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     serve.add_argument("--block-size", type=int, default=None)
     serve.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    serve.add_argument("--prefix-caching-hash-algo", choices=tuple(HASH_ALGOS), default="sha256")
     serve.add_argument("--num-gpu-blocks-override", type=int, default=None)
     serve.add_argument("--enable-lora", action="store_true")
     serve.add_argument("--max-loras", type=int, default=1)
@@ -76,7 +78,8 @@ def config_from_args(args: argparse.Namespace) -> VllmServeConfig:
         enable_expert_parallel=args.enable_expert_parallel, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
         gpu_memory_utilization=args.gpu_memory_utilization, block_size=args.block_size,
-        enable_prefix_caching=args.enable_prefix_caching, num_gpu_blocks_override=args.num_gpu_blocks_override,
+        enable_prefix_caching=args.enable_prefix_caching,
+        prefix_caching_hash_algo=args.prefix_caching_hash_algo, num_gpu_blocks_override=args.num_gpu_blocks_override,
         enable_lora=args.enable_lora, max_loras=args.max_loras, max_lora_rank=args.max_lora_rank,
         lora_modules=parse_lora_modules(args.lora_modules),
         enable_prompt_tokens_details=args.enable_prompt_tokens_details, gpu=args.gpu, dtype=args.dtype,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fake_engines.core import HASH_ALGOS
+
 VLLM_VERSION = "0.32.0"
 """The vLLM release the look-alike answers as (/version, system_fingerprint)."""
 
@@ -49,6 +51,8 @@ class VllmServeConfig:
     """KV block size in tokens; None means vLLM's default of 16."""
     enable_prefix_caching: bool = True
     """Hash-chained prefix caching over full blocks."""
+    prefix_caching_hash_algo: str = "sha256"
+    """Block hash: sha256 (vLLM's default) or builtin (Python's tuple hash, vLLM's earlier default)."""
     num_gpu_blocks_override: int | None = None
     """KV blocks to use instead of the capacity model's figure."""
     enable_lora: bool = False
@@ -95,6 +99,9 @@ class VllmServeConfig:
             raise ServeConfigError(f"--load-gbps must be > 0, got {self.load_gbps}")
         if self.dtype not in DTYPE_BITS:
             raise ServeConfigError(f"--dtype must be one of {sorted(DTYPE_BITS)}, got {self.dtype!r}")
+        if self.prefix_caching_hash_algo not in HASH_ALGOS:
+            raise ServeConfigError(f"--prefix-caching-hash-algo must be one of {', '.join(HASH_ALGOS)}, "
+                                   f"got {self.prefix_caching_hash_algo!r}")
         if self.model_shape is not None:
             missing = [k for k in ("params", "layers", "kv_heads") if not self.model_shape.get(k)]
             if missing:

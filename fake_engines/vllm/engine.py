@@ -140,7 +140,8 @@ def build_scheduler(config: VllmServeConfig, spec: VllmEngineSpec) -> VllmSchedu
     return VllmScheduler(VllmSchedulerConfig(
         num_gpu_blocks=spec.num_gpu_blocks, max_model_len=config.max_model_len, max_num_seqs=spec.max_num_seqs,
         max_num_batched_tokens=spec.max_num_batched_tokens, block_size=config.resolved_block_size,
-        enable_prefix_caching=config.enable_prefix_caching, max_loras=config.max_loras,
+        enable_prefix_caching=config.enable_prefix_caching,
+        prefix_caching_hash_algo=config.prefix_caching_hash_algo, max_loras=config.max_loras,
         max_concurrent_batches=config.pipeline_parallel_size, seed=config.seed))
 
 
@@ -171,7 +172,7 @@ def cache_config_labels(config: VllmServeConfig, spec: VllmEngineSpec) -> dict[s
         "mamba_block_size": "None", "mamba_cache_dtype": "auto", "mamba_cache_mode": "none",
         "mamba_page_size_padded": "None", "mamba_ssm_cache_dtype": "float32", "num_cpu_blocks": "None",
         "num_gpu_blocks": str(spec.num_gpu_blocks), "num_gpu_blocks_override": str(config.num_gpu_blocks_override),
-        "prefix_cache_retention_interval": "0", "prefix_caching_hash_algo": "sha256", "prefix_match_unit": "None",
+        "prefix_cache_retention_interval": "0", "prefix_caching_hash_algo": config.prefix_caching_hash_algo, "prefix_match_unit": "None",
         "replayssm_buffer_len": "16", "skip_page_size_padded": "None", "sliding_window": "None",
         "swa_bounded_replay": "True", "use_kda_recoverssm": "False", "use_replayssm": "False",
         "user_specified_block_size": str(config.block_size is not None),

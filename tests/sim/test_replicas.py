@@ -58,3 +58,20 @@ def test_decode_runs_reproduce_step_by_step_records_and_counters(policy: str, bl
     assert fast_events < slow_events
     if blocks == 200:
         assert sum(s.num_preemptions for s in slow_stats) > 0
+
+
+def test_builtin_block_hash_default_gives_the_same_run_as_sha256() -> None:
+    # the simulator keys blocks with the builtin hash; hits, evictions and preemptions must not move
+    def run(algo: str | None) -> tuple:
+        flags = {"block_size": 16, "max_num_seqs": 12} | ({"prefix_caching_hash_algo": algo} if algo else {})
+        spec = EngineSpec(kind="vllm", scheduler=flags, num_gpu_blocks_override=200)
+        sim = FleetSim(make_replica=replica_factory(spec), num_replicas=3, make_job=job_factory(spec),
+                       policy=create_policy("prefix-aware", rng=random.Random(0)))
+        result = sim.run(_workload(240), label=algo or "default")
+        assert {r.core.config.prefix_caching_hash_algo for r in sim.replicas} == {algo or "builtin"}
+        return ([(r.index, r.backend, r.ttft_s, r.e2e_s, r.cached_tokens) for r in result.requests],
+                [r.core.stats() for r in sim.replicas])
+
+    default, sha256 = run(None), run("sha256")
+    assert default == sha256
+    assert sum(r[4] for r in default[0]) > 0 and sum(s.num_preemptions for s in default[1]) > 0

@@ -1,6 +1,17 @@
+import os
+import subprocess
+import sys
+
 import pytest
 
-from fake_engines.core._block_pool import NONE_HASH, BlockPool, hash_block_chain, hash_block_tokens
+from fake_engines.core._block_pool import (
+    BUILTIN_NONE_HASH,
+    NONE_HASH,
+    BlockPool,
+    hash_block_chain,
+    hash_block_tokens,
+)
+from tests.conftest import REPO
 
 
 def test_block_zero_is_reserved_and_blocks_come_from_the_lru_end():
@@ -78,3 +89,22 @@ def test_chain_of_block_hashes_equals_hashing_block_by_block(block_size: int, lo
         expected.append(parent)
     assert hash_block_chain(None, tokens, block_size, lora) == expected
     assert hash_block_chain(expected[1], tokens[2 * block_size:], block_size, lora) == expected[2:]
+
+
+def test_builtin_chain_is_vllms_tuple_hash_of_parent_block_and_adapter() -> None:
+    tokens = [(i * 7919) % 100_003 for i in range(40)]
+    chain = hash_block_chain(None, tokens, 16, None, algo="builtin")
+    assert chain == [hash((BUILTIN_NONE_HASH, tuple(tokens[:16]), None)),
+                     hash((chain[0], tuple(tokens[16:32]), None))]
+    assert hash_block_chain(chain[0], tokens[16:], 16, None, "builtin") == chain[1:]
+    with_adapter = hash_block_chain(None, tokens, 16, "sql-lora", "builtin")
+    assert len(with_adapter) == 2 and not set(with_adapter) & set(chain)
+
+
+def test_builtin_chain_is_the_same_under_every_pythonhashseed() -> None:
+    # str hashes change with PYTHONHASHSEED; the adapter enters the key as an int made from its name
+    code = ("from fake_engines.core._block_pool import hash_block_chain; "
+            "print(hash_block_chain(None, list(range(64)), 16, 'sql-lora', 'builtin'))")
+    outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert len(outputs) == 1 and outputs.pop().startswith("[")

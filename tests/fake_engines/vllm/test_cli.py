@@ -22,3 +22,13 @@ def test_vllm_flags_and_short_forms():
 def test_explicit_shape_flags():
     config = _config("my-model", "--params", "8e9", "--layers", "32", "--kv-heads", "8", "--hidden", "4096")
     assert config.model_shape == {"params": 8e9, "layers": 32, "kv_heads": 8, "hidden": 4096}
+
+
+def test_prefix_caching_hash_algo_flag_reaches_the_scheduler_and_cache_config_info():
+    from fake_engines.vllm.engine import build_scheduler, cache_config_labels, size_engine
+
+    assert _config("llama-3.1-8b").prefix_caching_hash_algo == "sha256"
+    config = _config("llama-3.1-8b", "--prefix-caching-hash-algo", "builtin")
+    spec = size_engine(config)
+    assert build_scheduler(config, spec).kv_cache_manager._hash_chain.__name__ == "_builtin_chain"
+    assert cache_config_labels(config, spec)["prefix_caching_hash_algo"] == "builtin"
