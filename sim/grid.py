@@ -28,16 +28,28 @@ def _chained(start_s: float, durations_s: Sequence[float]) -> list[float]:
 def step_ends_s(start_s: float, durations_s: Sequence[float]) -> list[float]:
     """[t1, t2, ...] with t_i = round(t_(i-1) + durations_s[i-1], 9) and t_0 = start_s, bit for bit."""
     durations = np.asarray(durations_s, dtype=np.float64)
-    last_s = start_s + float(durations.sum())
-    if len(durations) < 8 or last_s >= _EXACT_LIMIT_S or round(start_s, 9) != start_s:
+    if len(durations) < 8 or round(start_s, 9) != start_s:
         return _chained(start_s, durations.tolist())
     ticks = durations * 1e9
-    # float error of t + d, in nanoseconds, stays below two ulps of the largest time
-    margin = 2.0 * (math.ulp(last_s) if last_s >= 0.0 else float(np.spacing(last_s))) * 1e9 + 1e-6
-    exact = np.flatnonzero(np.abs(ticks - np.floor(ticks) - 0.5) <= margin).tolist()
-    steps = np.rint(ticks).astype(np.int64)
-    if not exact:  # the usual case: one cumulative sum
-        return ((round(start_s * 1e9) + np.cumsum(steps)) / 1e9).tolist()
+    steps = np.rint(ticks)
+    # whole numbers below 2**53 add exactly as floats; the ufunc methods skip numpy's wrappers
+    ends_ns = np.add.accumulate(steps)
+    ends_ns += round(start_s * 1e9)
+    last_s = float(ends_ns[-1]) / 1e9
+    if last_s >= _EXACT_LIMIT_S:
+        return _chained(start_s, durations.tolist())
+    # float error of t + d, in nanoseconds, stays below two ulps of the largest time; doubled
+    # again since last_s is itself rounded (a wider margin only sends more steps the exact way)
+    margin = 4.0 * math.ulp(abs(last_s)) * 1e9 + 1e-6
+    off_grid = np.abs(ticks - steps)
+    if np.maximum.reduce(off_grid) < 0.5 - margin:  # the usual case: one cumulative sum
+        ends_ns /= 1e9
+        return ends_ns.tolist()
+    return _split_at(start_s, durations, steps, np.flatnonzero(off_grid >= 0.5 - margin).tolist())
+
+
+def _split_at(start_s: float, durations: np.ndarray, steps: np.ndarray, exact: list[int]) -> list[float]:
+    """Cumulative sums between the `exact` steps, which are chained one at a time."""
     ends = np.empty(len(durations))
     t, begin = start_s, 0
     for stop in [*exact, len(durations)]:

@@ -278,17 +278,26 @@ def decode_run_array_s(model: ModelSpec, gpu: GpuSpec, first: StepBatch, context
 
 def _decode_roofline_s(model: ModelSpec, gpu: GpuSpec, tokens: int, ctx: np.ndarray, dtype_bytes: int) -> np.ndarray:
     # the same operations, in the same order, as device_work and roofline_s with tp = pp = 1;
-    # the scalar parts are folded first (Python evaluates them first too) and the array ops that
-    # are exact identities there (/ 1 and * 1.0 of a float array) are left out
+    # the scalar parts are folded first (Python evaluates them first too), the array ops that
+    # are exact identities there (/ 1 and * 1.0 of a float array) are left out, and the rest run
+    # in place, sums turned around (a + b == b + a in floating point): decode runs are short
     dense_params = model.params - model.expert_params - model.embedding_params
-    flops = 2.0 * dense_params * tokens / 1 + (4.0 * model.layers * model.heads * model.head_dim) * ctx
-    weight_bytes = dense_params * dtype_bytes / 1
-    kv_bytes = model.kv_bytes_per_token(dtype_bytes) * ctx * _kv_share(model, 1)
+    comp = (4.0 * model.layers * model.heads * model.head_dim) * ctx
+    comp += 2.0 * dense_params * tokens / 1
+    mem = model.kv_bytes_per_token(dtype_bytes) * ctx
+    kv_share = _kv_share(model, 1)
+    if kv_share != 1.0:
+        mem = mem * kv_share
+    mem = mem + dense_params * dtype_bytes / 1 * 1.0  # a float array even when the KV bytes are ints
     layers = model.layers * 1.0
-    fixed = FIXED_OVERHEAD_S * (layers > 0)
-    overhead = fixed + GRAPH_OVERHEAD_PER_LAYER_S * layers
-    mem = (weight_bytes * 1.0 + kv_bytes) / (gpu.bandwidth_bytes_s * ACHIEVED_BANDWIDTH_SHARE)
-    comp = flops / (gpu.flops_s * ACHIEVED_FLOP_SHARE)
+    overhead = FIXED_OVERHEAD_S * (layers > 0) + GRAPH_OVERHEAD_PER_LAYER_S * layers
+    mem /= gpu.bandwidth_bytes_s * ACHIEVED_BANDWIDTH_SHARE
+    comp /= gpu.flops_s * ACHIEVED_FLOP_SHARE
     mem += overhead
     comp += overhead
-    return _smooth_max(mem, comp)
+    if ROOFLINE_SHARPNESS != 2.0:
+        return _smooth_max(mem, comp)
+    mem *= mem  # _smooth_max at p = 2, in place
+    comp *= comp
+    mem += comp
+    return np.sqrt(mem, out=mem)
