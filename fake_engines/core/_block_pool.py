@@ -10,7 +10,7 @@ import functools
 import hashlib
 import sys
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,24 +125,10 @@ class FreeBlockQueue:
     def __len__(self) -> int:
         return len(self._blocks)
 
-    def popleft(self) -> KVCacheBlock:
-        """Take the least recently freed block."""
-        return self._blocks.popitem(last=False)[1]
-
     def take(self, num_blocks: int) -> list[KVCacheBlock]:
         """Take the `num_blocks` least recently freed blocks, oldest first."""
         pop = self._blocks.popitem
         return [pop(last=False)[1] for _ in range(num_blocks)]
-
-    def extend(self, blocks: list[KVCacheBlock]) -> None:
-        """Append just-freed blocks in this order."""
-        queue = self._blocks
-        for block in blocks:
-            queue[block.block_id] = block
-
-    def append(self, block: KVCacheBlock) -> None:
-        """Put a just-freed block at the most-recently-used end."""
-        self._blocks[block.block_id] = block
 
     def remove(self, block: KVCacheBlock) -> None:
         """Take a cached block out because a request reuses it."""
@@ -186,12 +172,13 @@ class BlockPool:
             raise ValueError(f"cannot get {num_blocks} free blocks from the pool")
         taken = self.free_block_queue.take(num_blocks)
         cached = self.cached_block_hash_to_block
-        get = cached.get
+        pop = cached.pop
         for block in taken:
             block_hash = block.block_hash
             if block_hash is not None:  # _evict, inlined: every block of a warm cache holds a hash
-                if get(block_hash) is block:
-                    del cached[block_hash]
+                owner = pop(block_hash, None)  # one lookup: the key is nearly always this block's
+                if owner is not block and owner is not None:
+                    cached[block_hash] = owner
                 block.block_hash = None
             block.ref_cnt = 1
         return taken
@@ -227,11 +214,10 @@ class BlockPool:
                 block.block_hash = block_hash
                 setdefault(block_hash, block)
 
-    def free_blocks(self, ordered_blocks: list[KVCacheBlock]) -> None:
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
         """Drop one reference from each block; blocks reaching 0 join the free queue in this order."""
-        freed = []
+        queue = self.free_block_queue._blocks  # FreeBlockQueue.append, inlined: a request frees dozens
         for block in ordered_blocks:
             block.ref_cnt -= 1
-            if block.ref_cnt == 0:
-                freed.append(block)
-        self.free_block_queue.extend(freed)
+            if not block.ref_cnt:
+                queue[block.block_id] = block

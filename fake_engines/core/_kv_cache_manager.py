@@ -120,6 +120,6 @@ class KVCacheManager:
         rid = request.request_id
         blocks = self._req_blocks.pop(rid, [])
         self._num_cached_blocks.pop(rid, None)
-        self.block_pool.free_blocks(list(reversed(blocks)))
+        self.block_pool.free_blocks(reversed(blocks))
         if request.status.is_finished:
             self._req_block_hashes.pop(rid, None)
