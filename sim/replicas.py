@@ -152,9 +152,10 @@ class CoreReplica:
         step = self.core.schedule()
         if step is None:
             return events
-        duration_s = self.step_time(step.batch)
+        # a step lasts whole nanoseconds, so a chain of steps is an exact sum (see sim.grid)
+        duration_s = instant(self.step_time(step.batch))
         self.in_flight_steps += 1
-        self.next_launch_s = instant(now_s + duration_s / self.core.max_concurrent_batches)
+        self.next_launch_s = instant(now_s + instant(duration_s / self.core.max_concurrent_batches))
         events.append(Event(now_s + duration_s, Phase.COMPLETION, lambda t: self._finish(step, t)))
         if self.core.max_concurrent_batches > 1:
             events.extend(self._launch(now_s))

@@ -1,4 +1,5 @@
-"""Bulk step end times land on exactly the instants one event per step would."""
+"""Bulk step end times land on exactly the instants one event per step would (steps last whole
+nanoseconds)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from sim.grid import step_ends_s
 def _one_by_one(start_s: float, durations_s: list[float]) -> list[float]:
     ends, t = [], start_s
     for duration_s in durations_s:
-        t = instant(t + duration_s)
+        t = instant(t + instant(duration_s))
         ends.append(t)
     return ends
 
