@@ -12,6 +12,7 @@ freed, so lateness shows the cap at work.
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import sys
 import time
@@ -180,9 +181,13 @@ class OpenLoopRunner:
             replicas: list[tuple[float, int]] = []
             self._start = self._clock()  # time zero of the schedule and of every record
             poller = self._start_poller(session, replicas)
+            # objects from before the run (a loaded trace, earlier runs) leave the collector's
+            # view: a full collection over them pauses every send for tens of milliseconds
+            gc.freeze()
             try:
                 records = await self._dispatch(session, model, requests)
             finally:
+                gc.unfreeze()
                 if poller is not None:
                     poller.cancel()
         return RunResult(summary=summarize(records, self.cfg.slo), requests=records, replicas=replicas,
