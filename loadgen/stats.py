@@ -7,6 +7,7 @@ single output token has no TPOT and passes that check, as in benchmark_serving).
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Sequence
 
@@ -33,7 +34,7 @@ def parse_slo(spec: str) -> Slo:
 
 def latency_stats(samples: Sequence[float]) -> LatencyStats:
     """Mean, p50, p90 and p99 of `samples`; all None when there are none."""
-    if not samples:
+    if len(samples) == 0:
         return LatencyStats()
     arr = np.asarray(samples, dtype=float)
     p50, p90, p99 = (float(v) for v in np.percentile(arr, [50, 90, 99]))
@@ -55,6 +56,12 @@ def run_duration_s(records: Sequence[RequestRecord]) -> float:
     return end - start
 
 
+def _all_gaps(records: Sequence[RequestRecord]) -> np.ndarray:
+    # a long run holds tens of millions of gaps: one array, without a list of them all first
+    count = sum(len(r.itl_s) for r in records)
+    return np.fromiter(itertools.chain.from_iterable(r.itl_s for r in records), dtype=float, count=count)
+
+
 def summarize(records: Sequence[RequestRecord], slo: Slo | None = None,
               duration_s: float | None = None) -> Summary:
     """The `Summary` of a run; `duration_s` defaults to `run_duration_s(records)`."""
@@ -70,7 +77,7 @@ def summarize(records: Sequence[RequestRecord], slo: Slo | None = None,
         duration_s=duration,
         ttft_s=latency_stats([r.ttft_s for r in ok if r.ttft_s is not None]),
         tpot_s=latency_stats([r.tpot_s for r in ok if r.tpot_s is not None]),
-        itl_s=latency_stats([gap for r in ok for gap in r.itl_s]),
+        itl_s=latency_stats(_all_gaps(ok)),
         e2e_s=latency_stats([r.e2e_s for r in ok if r.e2e_s is not None]),
         total_prompt_tokens=prompt, total_completion_tokens=completion, total_cached_tokens=cached,
         request_throughput_per_s=len(ok) * per_s,
