@@ -77,7 +77,7 @@ def _builtin_chain(parent_hash: BlockHash | None, token_ids: list[int], block_si
     # vLLM's `builtin` algorithm: hash((parent, tuple(block token ids), extra keys)); tuples of
     # ints hash the same in every process, and the blocks are cut from one tuple of the ids
     full = len(token_ids) - len(token_ids) % block_size
-    ids = tuple(token_ids[:full])
+    ids = tuple(token_ids[:full] if full < len(token_ids) else token_ids)
     extra = _adapter_key(lora)
     parent = BUILTIN_NONE_HASH if parent_hash is None else parent_hash
     hashes: list[BlockHash] = []

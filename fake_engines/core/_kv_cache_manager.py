@@ -47,10 +47,12 @@ class KVCacheManager:
         size = self.block_size
         if (len(hashes) + 1) * size > request.num_tokens:
             return hashes  # no new full block: skip copying the token list (hot on every decode)
-        start, prompt = len(hashes) * size, request.prompt_token_ids
+        start, prompt, output = len(hashes) * size, request.prompt_token_ids, request.output_token_ids
         # only the unhashed tail: copying a long prompt on every filled output block adds up
-        tail = prompt[start:] + request.output_token_ids if start < len(prompt) \
-            else request.output_token_ids[start - len(prompt):]
+        if start >= len(prompt):
+            tail = output[start - len(prompt):]
+        else:  # a fresh prompt is hashed as it is, without a copy
+            tail = prompt[start:] + output if start or output else prompt
         parent = hashes[-1] if hashes else None
         hashes.extend(self._hash_chain(parent, tail, size, request.lora))
         return hashes
