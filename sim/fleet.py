@@ -84,6 +84,8 @@ class FleetSim:
         self.held: deque[tuple[int, TraceRequest]] = deque()
         self.decisions: dict[str, int] = {}
         self.replica_counts: list[tuple[float, int]] = []
+        self._gaps_of: Sequence[float] | None = None  # the times on_tokens last turned into gaps
+        self._gaps: list[float] = []
         for _ in range(self.num_replicas):
             self._add_replica(0.0, ready=True)
 
@@ -229,12 +231,14 @@ class FleetSim:
         if len(times_s) == 0:
             return
         p = self.pending[job.index]
-        times = times_s if isinstance(times_s, list) else [float(t) for t in times_s]
+        if times_s is not self._gaps_of:  # every request of a run reports the same times: gaps once
+            self._gaps_of = times_s
+            self._gaps = list(map(operator.sub, times_s[1:], times_s))
         itl_s = p.record.itl_s
         if p.last_token_s is not None:
-            itl_s.append(times[0] - p.last_token_s)
-        itl_s.extend(map(operator.sub, times[1:], times))
-        p.last_token_s = times[-1]
+            itl_s.append(times_s[0] - p.last_token_s)
+        itl_s.extend(self._gaps)
+        p.last_token_s = times_s[-1]
 
     def on_finish(self, job: SimJob, now_s: float, prompt_tokens: int, cached_tokens: int,
                   completion_tokens: int) -> None:
