@@ -9,9 +9,8 @@ import array
 import functools
 import hashlib
 import sys
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -104,7 +103,7 @@ def hash_block_chain(parent_hash: BlockHash | None, token_ids: list[int], block_
     return HASH_ALGOS[algo](parent_hash, token_ids, block_size, lora)
 
 
-@dataclass(slots=True)  # hundreds of thousands per fleet, touched on every block taken or freed
+@dataclass(slots=True, eq=False)  # hundreds of thousands per fleet, touched on every block taken or freed
 class KVCacheBlock:
     """One KV block of block_size token slots."""
 
@@ -114,29 +113,63 @@ class KVCacheBlock:
     """Live requests using the block; 0 means it sits in the free queue."""
     block_hash: BlockHash | None = None
     """Hash of the full block's contents, kept after freeing until the block is evicted."""
+    prev_free: KVCacheBlock | None = field(default=None, repr=False)
+    """Neighbours in the free queue while the block is free; stale once it is taken."""
+    next_free: KVCacheBlock | None = field(default=None, repr=False)
 
 
 class FreeBlockQueue:
-    """Unreferenced blocks, least recently freed first; removal from the middle is O(1)."""
+    """Unreferenced blocks, least recently freed first: vLLM's doubly linked list threaded
+    through the blocks themselves, so taking a run of blocks from the front relinks only its
+    ends, and a cache hit leaves from the middle in O(1)."""
 
     def __init__(self, blocks: list[KVCacheBlock]) -> None:
-        self._blocks: OrderedDict[int, KVCacheBlock] = OrderedDict((b.block_id, b) for b in blocks)
+        self._head, self._tail = KVCacheBlock(-1), KVCacheBlock(-1)  # sentinels: no empty-list cases
+        self._head.next_free, self._tail.prev_free = self._tail, self._head
+        self.num_free_blocks = 0
+        self.extend(blocks)
 
     def __len__(self) -> int:
-        return len(self._blocks)
+        return self.num_free_blocks
 
     def take(self, num_blocks: int) -> list[KVCacheBlock]:
-        """Take the `num_blocks` least recently freed blocks, oldest first."""
-        pop = self._blocks.popitem
-        return [pop(last=False)[1] for _ in range(num_blocks)]
+        """Take the `num_blocks` least recently freed blocks, oldest first (at most len(self))."""
+        taken: list[KVCacheBlock] = []
+        append = taken.append
+        block = self._head.next_free
+        for _ in range(num_blocks):
+            append(block)
+            block = block.next_free  # type: ignore[union-attr]
+        self._head.next_free = block
+        block.prev_free = self._head  # type: ignore[union-attr]
+        self.num_free_blocks -= num_blocks
+        return taken  # type: ignore[return-value]
+
+    def extend(self, blocks: list[KVCacheBlock]) -> None:
+        """Append just-freed blocks at the most recently used end, in this order."""
+        last = self._tail.prev_free
+        for block in blocks:
+            last.next_free = block  # type: ignore[union-attr]
+            block.prev_free = last
+            last = block
+        last.next_free = self._tail  # type: ignore[union-attr]
+        self._tail.prev_free = last
+        self.num_free_blocks += len(blocks)
 
     def remove(self, block: KVCacheBlock) -> None:
         """Take a cached block out because a request reuses it."""
-        del self._blocks[block.block_id]
+        before, after = block.prev_free, block.next_free
+        before.next_free = after  # type: ignore[union-attr]
+        after.prev_free = before  # type: ignore[union-attr]
+        self.num_free_blocks -= 1
 
     def block_ids(self) -> list[int]:
         """Block ids in eviction order (next to be evicted first)."""
-        return list(self._blocks)
+        ids, block = [], self._head.next_free
+        while block is not self._tail:
+            ids.append(block.block_id)  # type: ignore[union-attr]
+            block = block.next_free  # type: ignore[union-attr]
+        return ids
 
 
 class BlockPool:
@@ -216,8 +249,9 @@ class BlockPool:
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
         """Drop one reference from each block; blocks reaching 0 join the free queue in this order."""
-        queue = self.free_block_queue._blocks  # FreeBlockQueue.append, inlined: a request frees dozens
+        freed = []
         for block in ordered_blocks:
             block.ref_cnt -= 1
             if not block.ref_cnt:
-                queue[block.block_id] = block
+                freed.append(block)
+        self.free_block_queue.extend(freed)
