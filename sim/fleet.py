@@ -261,6 +261,14 @@ class FleetSim:
         info = RequestInfo(session_key=p.request.session_id, prompt_tokens=prompt_tokens)
         self.policy.on_request_complete(view, info, prompt_tokens, cached_tokens)
 
+    def on_reject(self, job: SimJob, now_s: float, message: str) -> None:
+        """The engine refused the request outright, as a live one answers 400: recorded failed."""
+        p = self.pending.pop(job.index)
+        p.record.error = f"HTTP 400: {message[:200]}"
+        p.record.e2e_s = now_s - job.arrival_s
+        self.ledgers[p.replica].in_flight -= 1
+        self._stop_if_drained(p.replica, now_s)
+
     # -- result ---------------------------------------------------------------------------
 
     def _result(self, label: str) -> RunResult:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from fake_engines.core import EngineCore, EngineRequest, RequestOutput, ScheduledStep
+from fake_engines.core import EngineCore, EngineRequest, RequestOutput, RequestRejected, ScheduledStep
 from fake_engines.perf.batch import StepBatch
 from sim.events import Event, EventQueue, Phase, instant
 from sim.grid import step_ends_s
@@ -48,6 +48,8 @@ class Listener(Protocol):
 
     def on_finish(self, job: SimJob, now_s: float, prompt_tokens: int, cached_tokens: int,
                   completion_tokens: int) -> None: ...
+
+    def on_reject(self, job: SimJob, now_s: float, message: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -131,10 +133,14 @@ class CoreReplica:
     def submit(self, job: SimJob, now_s: float) -> list[Event]:
         events = self._interrupt_run(now_s)
         req_id = str(job.index)
-        self.jobs[req_id] = job
-        self.core.add_request(EngineRequest(
-            request_id=req_id, prompt_token_ids=job.prompt_token_ids, max_tokens=job.output_len,
-            output_len=job.output_len, lora=job.lora, arrival_s=job.arrival_s))
+        try:
+            self.core.add_request(EngineRequest(
+                request_id=req_id, prompt_token_ids=job.prompt_token_ids, max_tokens=job.output_len,
+                output_len=job.output_len, lora=job.lora, arrival_s=job.arrival_s))
+        except RequestRejected as exc:  # the engine answers 400 at once and the steps go on
+            self.listener.on_reject(job, now_s, exc.message)
+        else:
+            self.jobs[req_id] = job
         return events + self._launch(now_s)
 
     def _launch(self, now_s: float) -> list[Event]:

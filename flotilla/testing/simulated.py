@@ -53,7 +53,13 @@ class _NoListener:
     def on_token(self, *args: object, **kwargs: object) -> None:
         pass
 
+    def on_tokens(self, *args: object, **kwargs: object) -> None:
+        pass
+
     def on_finish(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def on_reject(self, *args: object, **kwargs: object) -> None:
         pass
 
 

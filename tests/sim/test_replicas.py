@@ -75,3 +75,24 @@ def test_builtin_block_hash_default_gives_the_same_run_as_sha256() -> None:
     default, sha256 = run(None), run("sha256")
     assert default == sha256
     assert sum(r[4] for r in default[0]) > 0 and sum(s.num_preemptions for s in default[1]) > 0
+
+
+def test_a_request_the_engine_refuses_fails_with_a_400_and_the_others_run_on_unchanged() -> None:
+    def run(workload: list[TraceRequest]) -> tuple:
+        spec = EngineSpec(kind="vllm", scheduler={"block_size": 16, "max_model_len": 2048})
+        sim = FleetSim(make_replica=replica_factory(spec), num_replicas=2, make_job=job_factory(spec),
+                       policy=create_policy("least-load", rng=random.Random(0)))
+        result = sim.run(workload, label="reject")
+        return result, sim
+
+    base = _workload(40)
+    too_long = TraceRequest(timestamp_s=base[-1].timestamp_s + 0.01, input_length=3000, output_length=10)
+    result, sim = run([*base, too_long])
+    rejected = result.requests[-1]
+    assert not rejected.ok and rejected.error.startswith("HTTP 400: This model's maximum context length is 2048")
+    assert rejected.e2e_s < 1e-9 and result.summary.num_failed == 1 and result.summary.num_ok == 40
+    assert all(ledger.in_flight == 0 for ledger in sim.ledgers)
+    # the refusal landed mid-run and left the other requests exactly as without it
+    alone, _ = run(base)
+    key = [(r.backend, r.ttft_s, r.e2e_s, r.itl_s) for r in alone.requests]
+    assert [(r.backend, r.ttft_s, r.e2e_s, r.itl_s) for r in result.requests[:-1]] == key
