@@ -26,6 +26,7 @@ from sim.replicas import Listener, ReplicaMetrics, SimJob
 
 class Replica(Protocol):
     index: int
+    cache_capacity_tokens: int | None
 
     def submit(self, job: SimJob, now_s: float) -> list[Event]: ...
 
@@ -42,6 +43,8 @@ class ReplicaLedger:
 
     in_flight: int = 0
     """Requests routed here and not finished."""
+    in_flight_tokens: int = 0
+    """Their reserved tokens (estimated prompt plus max tokens), as the proxy reserves them."""
     prefill_tokens: int = 0
     """Prompt tokens computed here so far (prompt minus cached), from finished requests."""
     cached_tokens: int = 0
@@ -57,6 +60,8 @@ class _Pending:
     job: SimJob
     record: RequestRecord
     replica: int
+    tokens: int
+    """Reserved against the replica's ledger until the request ends."""
     last_token_s: float | None = None
 
 
@@ -170,8 +175,11 @@ class FleetSim:
                                scheduled_time_s=req.timestamp_s, send_time_s=req.timestamp_s)
         job.arrival_s = req.timestamp_s  # latency counts from arrival, time held included
         self.records.append(record)
-        self.pending[index] = _Pending(req, job, record, decision.index)
-        self.ledgers[decision.index].in_flight += 1
+        tokens = info.prompt_tokens + (info.max_tokens or 0)
+        self.pending[index] = _Pending(req, job, record, decision.index, tokens)
+        ledger = self.ledgers[decision.index]
+        ledger.in_flight += 1
+        ledger.in_flight_tokens += tokens
         return self.replicas[decision.index].submit(job, now_s)
 
     def _views(self, now_s: float) -> Sequence[BackendView]:
@@ -181,7 +189,8 @@ class FleetSim:
         replica, ledger = self.replicas[i], self.ledgers[i]
         m = replica.metrics() if not self.scrape_interval_s else ledger.scraped
         return BackendView(
-            index=i, url=f"sim://{i}", in_flight=ledger.in_flight, prefill_tokens=ledger.prefill_tokens,
+            index=i, url=f"sim://{i}", in_flight=ledger.in_flight, in_flight_tokens=ledger.in_flight_tokens,
+            prefill_tokens=ledger.prefill_tokens, cache_capacity_tokens=replica.cache_capacity_tokens,
             num_requests_running=m.num_requests_running if m else None,
             num_requests_waiting=m.num_requests_waiting if m else None,
             kv_cache_usage=m.kv_cache_usage if m else None,
@@ -253,6 +262,7 @@ class FleetSim:
         rec.ok = True
         ledger = self.ledgers[p.replica]
         ledger.in_flight -= 1
+        ledger.in_flight_tokens -= p.tokens
         ledger.prefill_tokens += prompt_tokens - cached_tokens
         ledger.cached_tokens += cached_tokens
         self._stop_if_drained(p.replica, now_s)
@@ -266,7 +276,9 @@ class FleetSim:
         p = self.pending.pop(job.index)
         p.record.error = f"HTTP 400: {message[:200]}"
         p.record.e2e_s = now_s - job.arrival_s
-        self.ledgers[p.replica].in_flight -= 1
+        ledger = self.ledgers[p.replica]
+        ledger.in_flight -= 1
+        ledger.in_flight_tokens -= p.tokens
         self._stop_if_drained(p.replica, now_s)
 
     # -- result ---------------------------------------------------------------------------

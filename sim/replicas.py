@@ -64,6 +64,8 @@ class ReplicaMetrics:
 class FixedReplica:
     """Serves one request at a time, first come first served, for its `service_time_s`."""
 
+    cache_capacity_tokens = None  # no prefix cache
+
     def __init__(self, index: int, listener: Listener) -> None:
         self.index = index
         self.listener = listener
@@ -129,6 +131,13 @@ class CoreReplica:
         self.runs = queue is not None and decode_run_time is not None and core.max_concurrent_batches == 1 \
             and hasattr(core, "decode_run_length")
         self._run: _DecodeRun | None = None
+
+    @property
+    def cache_capacity_tokens(self) -> int | None:
+        """KV blocks x block size, as the proxy reads it from vllm:cache_config_info (None for llama.cpp)."""
+        config = getattr(self.core, "config", None)
+        blocks = getattr(config, "num_gpu_blocks", None)
+        return None if blocks is None else blocks * config.block_size  # type: ignore[union-attr]
 
     def submit(self, job: SimJob, now_s: float) -> list[Event]:
         events = self._interrupt_run(now_s)

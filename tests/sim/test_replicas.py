@@ -96,3 +96,22 @@ def test_a_request_the_engine_refuses_fails_with_a_400_and_the_others_run_on_unc
     alone, _ = run(base)
     key = [(r.backend, r.ttft_s, r.e2e_s, r.itl_s) for r in alone.requests]
     assert [(r.backend, r.ttft_s, r.e2e_s, r.itl_s) for r in result.requests[:-1]] == key
+
+
+def test_views_carry_the_proxys_token_reservations_and_the_engines_cache_capacity() -> None:
+    # least-load on in_flight_tokens: one long request on replica 0, then two short ones, all at
+    # once; both short ones go to replica 1 only if the reservation (prompt + max tokens) is seen
+    spec = EngineSpec(kind="vllm", scheduler={"block_size": 16}, num_gpu_blocks_override=5000)
+    policy = create_policy("least-load:signal=in_flight_tokens", rng=random.Random(0))
+    seen = []
+    select = policy.select
+    policy.select = lambda views, info: seen.append(list(views)) or select(views, info)  # type: ignore[method-assign]
+    sim = FleetSim(make_replica=replica_factory(spec), num_replicas=2, policy=policy, make_job=job_factory(spec))
+    workload = [TraceRequest(timestamp_s=0.0, input_length=3000, output_length=100),
+                TraceRequest(timestamp_s=0.0, input_length=100, output_length=10),
+                TraceRequest(timestamp_s=0.0, input_length=100, output_length=10)]
+    result = sim.run(workload, label="tokens")
+    assert [r.backend for r in result.requests] == ["0", "1", "1"]
+    assert [v.in_flight_tokens for v in seen[2]] == [3100, 110]
+    assert {v.cache_capacity_tokens for views in seen for v in views} == {5000 * 16}
+    assert all(ledger.in_flight_tokens == 0 for ledger in sim.ledgers)
