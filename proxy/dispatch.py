@@ -172,7 +172,8 @@ class Dispatcher:
                      start: float, deadline: float) -> web.StreamResponse:
         headers = self._response_headers(upstream, backend, decision, request_id, fwd.debug)
         if is_small_whole_body(upstream):
-            return await self._answer_whole(fwd, upstream, backend, reservation, headers, start, deadline)
+            return await self._answer_whole(fwd, upstream, backend, decision, reservation, headers, start,
+                                            deadline)
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
         if upstream.content_length is not None and not is_event_stream(upstream):
             response.content_length = upstream.content_length
@@ -202,11 +203,11 @@ class Dispatcher:
             # the engine learns the client went away and aborts the request.
             upstream.release() if result.completed else upstream.close()
             self.pool.release(reservation)
-            self._finish(fwd, upstream, backend, result, start)
+            self._finish(fwd, upstream, backend, decision, result, start)
 
     async def _answer_whole(self, fwd: Forward, upstream: aiohttp.ClientResponse, backend: Backend,
-                            reservation: Reservation, headers: CIMultiDict[str], start: float,
-                            deadline: float) -> web.Response:
+                            decision: Decision, reservation: Reservation, headers: CIMultiDict[str],
+                            start: float, deadline: float) -> web.Response:
         result = RelayResult(completed=False)
         try:
             result = await read_whole(upstream, self.config.timeouts, deadline)
@@ -218,10 +219,10 @@ class Dispatcher:
         finally:
             upstream.release() if result.completed else upstream.close()
             self.pool.release(reservation)
-            self._finish(fwd, upstream, backend, result, start)
+            self._finish(fwd, upstream, backend, decision, result, start)
 
-    def _finish(self, fwd: Forward, upstream: aiohttp.ClientResponse, backend: Backend, result: RelayResult,
-                start: float) -> None:
+    def _finish(self, fwd: Forward, upstream: aiohttp.ClientResponse, backend: Backend, decision: Decision,
+                result: RelayResult, start: float) -> None:
         loop = asyncio.get_running_loop()
         model = self.pool.model_label(fwd.info.model)
         status = upstream.status if result.completed else (499 if result.client_gone else 502)
@@ -232,10 +233,10 @@ class Dispatcher:
         elif result.completed:
             self._failed(backend)
         if result.completed and fwd.accounts_usage and upstream.status == 200:
-            self._account_usage(fwd, upstream, backend, result)
+            self._account_usage(fwd, upstream, backend, decision, result)
 
     def _account_usage(self, fwd: Forward, upstream: aiohttp.ClientResponse, backend: Backend,
-                       result: RelayResult) -> None:
+                       decision: Decision, result: RelayResult) -> None:
         if b'"usage"' not in result.tail:
             return
         usage = usage_from_sse_tail(result.tail) if is_event_stream(upstream) else (
@@ -243,6 +244,8 @@ class Dispatcher:
         if usage is None:
             return
         backend.prefill_tokens += usage.prefill_tokens
+        if decision.predicted_cached_tokens is not None and usage.reports_cache:
+            self.metrics.prefix_prediction(backend.url, decision.predicted_cached_tokens, usage.cached_tokens)
         self.router.feedback(backend, fwd.info, self.clock(), usage.prompt_tokens, usage.cached_tokens)
 
     def _failed(self, backend: Backend) -> None:

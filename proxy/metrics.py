@@ -41,6 +41,15 @@ class RouterMetrics:
         self._requests_by_key: dict[tuple[str, str, int], Counter] = {}
         self._by_model: dict[str, tuple[Histogram, Histogram]] = {}
         self._decisions_by_key: dict[tuple[str, str], Counter] = {}
+        self.prefix_predicted = Counter(
+            "flotilla_prefix_cache_predicted_tokens",
+            "Prompt tokens the routing policy expected the chosen backend to serve from its prefix "
+            "cache, counted for requests whose engine reported its cache hits", ["backend"], registry=r)
+        self.prefix_observed = Counter(
+            "flotilla_prefix_cache_observed_tokens",
+            "Prompt tokens the engine reported serving from its prefix cache, for the same requests",
+            ["backend"], registry=r)
+        self._prefix_by_backend: dict[str, tuple[Counter, Counter]] = {}
         self.client_disconnects = Counter("flotilla_client_disconnects",
                                           "Requests whose client went away before the end", registry=r)
 
@@ -59,6 +68,15 @@ class RouterMetrics:
         latency.observe(latency_s)
         if ttft_s is not None:
             ttft.observe(ttft_s)
+
+    def prefix_prediction(self, backend: str, predicted_tokens: int, observed_tokens: int) -> None:
+        """One request's predicted and reported prefix-cache hit, in tokens."""
+        children = self._prefix_by_backend.get(backend)
+        if children is None:
+            children = self._prefix_by_backend[backend] = (self.prefix_predicted.labels(backend),
+                                                           self.prefix_observed.labels(backend))
+        children[0].inc(predicted_tokens)
+        children[1].inc(observed_tokens)
 
     def decision(self, policy: str, rule: str) -> None:
         child = self._decisions_by_key.get((policy, rule))

@@ -15,6 +15,9 @@ class Usage:
     prompt_tokens: int
     cached_tokens: int
     """Prompt tokens the engine served from its prefix cache (0 when it does not say)."""
+    reports_cache: bool = False
+    """The engine said how many prompt tokens it served from cache (vLLM with
+    --enable-prompt-tokens-details, llama-server's timings)."""
 
     @property
     def prefill_tokens(self) -> int:
@@ -33,7 +36,8 @@ def _usage_of(obj: object) -> Usage | None:
     if not isinstance(cached, int):  # llama-server reports its cache reuse in `timings`
         timings = obj.get("timings")
         cached = timings.get("cache_n") if isinstance(timings, dict) else None
-    return Usage(prompt_tokens=prompt, cached_tokens=cached if isinstance(cached, int) else 0)
+    said = isinstance(cached, int)
+    return Usage(prompt_tokens=prompt, cached_tokens=cached if said else 0, reports_cache=said)
 
 
 def usage_from_json(body: bytes) -> Usage | None:

@@ -62,6 +62,8 @@ class _Pending:
     replica: int
     tokens: int
     """Reserved against the replica's ledger until the request ends."""
+    predicted_cached_tokens: int | None = None
+    """What the policy expected the replica to serve from its prefix cache."""
     last_token_s: float | None = None
 
 
@@ -91,6 +93,8 @@ class FleetSim:
         self.replica_counts: list[tuple[float, int]] = []
         self._gaps_of: Sequence[float] | None = None  # the times on_tokens last turned into gaps
         self._gaps: list[float] = []
+        self.prefix_predicted_tokens: int | None = None  # summed over requests the policy predicted
+        self.prefix_observed_tokens = 0
         for _ in range(self.num_replicas):
             self._add_replica(0.0, ready=True)
 
@@ -176,7 +180,7 @@ class FleetSim:
         job.arrival_s = req.timestamp_s  # latency counts from arrival, time held included
         self.records.append(record)
         tokens = info.prompt_tokens + (info.max_tokens or 0)
-        self.pending[index] = _Pending(req, job, record, decision.index, tokens)
+        self.pending[index] = _Pending(req, job, record, decision.index, tokens, decision.predicted_cached_tokens)
         ledger = self.ledgers[decision.index]
         ledger.in_flight += 1
         ledger.in_flight_tokens += tokens
@@ -260,6 +264,9 @@ class FleetSim:
         if completion_tokens > 1:
             rec.tpot_s = (rec.e2e_s - rec.ttft_s) / (completion_tokens - 1)
         rec.ok = True
+        if p.predicted_cached_tokens is not None:
+            self.prefix_predicted_tokens = (self.prefix_predicted_tokens or 0) + p.predicted_cached_tokens
+            self.prefix_observed_tokens += cached_tokens
         ledger = self.ledgers[p.replica]
         ledger.in_flight -= 1
         ledger.in_flight_tokens -= p.tokens
@@ -295,6 +302,10 @@ class FleetSim:
             "e2e_mean_s": sum(e2e) / len(e2e) if e2e else None, "e2e_max_s": max(e2e, default=None),
             "prompt_tokens_computed": computed, "prompt_tokens_reused": reused,
             "hit_rate": reused / (computed + reused) if computed + reused else 0.0,
+            # the policy's expected cache hits against the engines', over the requests it predicted
+            "prefix_cached_tokens_predicted": self.prefix_predicted_tokens,
+            "prefix_cached_tokens_observed": (None if self.prefix_predicted_tokens is None
+                                              else self.prefix_observed_tokens),
             "prefill_tokens_per_replica": [ledger.prefill_tokens for ledger in self.ledgers],
             "requests_per_replica": [[r.index for r in self.records if r.backend == str(i)]
                                      for i in range(len(self.replicas))],

@@ -80,6 +80,10 @@ class Decision:
     """Index (BackendView.index) of the chosen backend."""
     rule: str
     """Short name of the rule that decided, e.g. `prefix-match` or `load-guard`."""
+    predicted_cached_tokens: int | None = None
+    """Prompt tokens the policy expects the chosen backend to serve from its prefix cache
+    (policies with a prefix index); None when the policy makes no such prediction. Compared with
+    what the engine reports, it shows how well the index tracks the engines' caches."""
 
 
 class RoutingPolicy(abc.ABC):

@@ -83,8 +83,10 @@ class PrefixAware(RoutingPolicy):
         hashes = block_hashes(request, self.shape)
         decision = self._decide(backends, hashes)
         chosen = next(b for b in backends if b.index == decision.index)
-        self.index.record(chosen, hashes, self.config.block_size_tokens)
-        return decision
+        size = self.config.block_size_tokens
+        predicted = self.index.match(chosen.url, hashes) * size
+        self.index.record(chosen, hashes, size)
+        return Decision(decision.index, decision.rule, predicted)
 
     def _decide(self, backends: Sequence[BackendView], hashes: list[int]) -> Decision:
         cfg = self.config

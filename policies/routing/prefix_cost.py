@@ -66,7 +66,8 @@ class PrefixCost(RoutingPolicy):
         winner = backends[best]
         self.index.record(winner, hashes, self.config.block_size_tokens)
         matched = len(hashes) - costs[best][2]
-        return Decision(winner.index, "prefix-match" if matched > 0 else "least-load")
+        rule = "prefix-match" if matched > 0 else "least-load"
+        return Decision(winner.index, rule, matched * self.config.block_size_tokens)
 
     def costs(self, backends: Sequence[BackendView], hashes: list[int]) -> list[tuple[float, float, int]]:
         """Per backend, in order: (cost, blocks in hand, prompt blocks to prefill)."""

@@ -91,8 +91,10 @@ class Weighted(RoutingPolicy):
         ranked = sorted(range(len(backends)), key=lambda i: (-_total(table[i]), backends[i].index))
         winner = backends[ranked[0]]
         rule = self._rule(table, ranked)
-        self.index.record(winner, hashes, self.config.block_size_tokens)
-        return Decision(winner.index, rule)
+        size = self.config.block_size_tokens
+        predicted = self.index.match(winner.url, hashes) * size
+        self.index.record(winner, hashes, size)
+        return Decision(winner.index, rule, predicted)
 
     def scores(
         self, backends: Sequence[BackendView], request: RequestInfo, hashes: list[int]

@@ -145,6 +145,21 @@ async def test_health_ready_and_metrics_endpoints(fake_backend: BackendFactory, 
     assert "vllm:" not in text
 
 
+async def test_metrics_set_the_policys_predicted_cache_hits_against_what_the_engine_reported(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    b = await fake_backend(cached_tokens=40)  # the engine reports 40 cached prompt tokens every time
+    p = await proxy_for([b], policy="prefix-aware")
+    body = {"model": "tiny-llama", "prompt": "x" * 640}  # 10 blocks of 64 characters
+    async with aiohttp.ClientSession() as s:
+        for _ in range(2):  # nothing predicted, then the 10 blocks the first request left there
+            async with s.post(p.url + "/v1/completions", json=body) as r:
+                await r.read()
+        async with s.get(p.url + "/metrics") as r:
+            text = await r.text()
+    assert f'flotilla_prefix_cache_predicted_tokens_total{{backend="{b.url}"}} 160.0' in text
+    assert f'flotilla_prefix_cache_observed_tokens_total{{backend="{b.url}"}} 80.0' in text
+
+
 async def test_no_ready_backend_answers_503_with_retry_after(fake_backend: BackendFactory,
                                                              proxy_for: ProxyFactory) -> None:
     b = await fake_backend(health_status=503, health_body=b'{"error":{"message":"Loading model"}}')

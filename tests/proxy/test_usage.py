@@ -12,12 +12,18 @@ def _body(rel: str) -> bytes:
 def test_usage_of_a_non_streamed_vllm_answer() -> None:
     usage = usage_from_json(b'{"usage":{"prompt_tokens":11,"completion_tokens":71,'
                             b'"prompt_tokens_details":{"cached_tokens":8}}}')
-    assert usage == Usage(prompt_tokens=11, cached_tokens=8) and usage.prefill_tokens == 3
+    assert usage == Usage(prompt_tokens=11, cached_tokens=8, reports_cache=True) and usage.prefill_tokens == 3
 
 
 def test_usage_chunk_at_the_end_of_a_real_llama_server_stream() -> None:
     usage = usage_from_sse_tail(_body("llama.cpp/021_chat_stream_include_usage.http")[-8192:])
-    assert usage == Usage(prompt_tokens=19, cached_tokens=18)
+    assert usage == Usage(prompt_tokens=19, cached_tokens=18, reports_cache=True)
+
+
+def test_a_usage_without_cache_details_says_the_engine_did_not_report_it() -> None:
+    # vLLM without --enable-prompt-tokens-details: prompt_tokens_details is null, not 0 hits
+    usage = usage_from_json(b'{"usage":{"prompt_tokens":11,"prompt_tokens_details":null}}')
+    assert usage == Usage(prompt_tokens=11, cached_tokens=0, reports_cache=False)
 
 
 def test_a_stream_without_usage_gives_none() -> None:

@@ -115,3 +115,25 @@ def test_views_carry_the_proxys_token_reservations_and_the_engines_cache_capacit
     assert [v.in_flight_tokens for v in seen[2]] == [3100, 110]
     assert {v.cache_capacity_tokens for views in seen for v in views} == {5000 * 16}
     assert all(ledger.in_flight_tokens == 0 for ledger in sim.ledgers)
+
+
+@pytest.mark.parametrize("blocks", [None, 400])
+def test_the_policys_predicted_cache_hits_are_set_against_the_engines(blocks: int | None) -> None:
+    from loadgen.synthetic import synthetic_requests
+
+    workload = list(synthetic_requests("agents:sessions=8,turns=4,system=2000,output=32,think=2,stagger=0.2", seed=0))
+
+    def run(policy: str) -> dict:
+        spec = EngineSpec(kind="vllm", num_gpu_blocks_override=blocks)
+        sim = FleetSim(make_replica=replica_factory(spec), num_replicas=2, make_job=job_factory(spec),
+                       policy=create_policy(policy, rng=random.Random(0)))
+        return sim.run(workload, label=policy).meta
+
+    meta = run("prefix-aware")
+    predicted, observed = meta["prefix_cached_tokens_predicted"], meta["prefix_cached_tokens_observed"]
+    assert observed == meta["prompt_tokens_reused"] > 0
+    if blocks is None:  # the index sees exactly what the engines cache
+        assert predicted == observed
+    else:  # 400 blocks per replica: evictions the index cannot see
+        assert predicted > observed
+    assert run("round-robin")["prefix_cached_tokens_predicted"] is None

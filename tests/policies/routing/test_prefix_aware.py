@@ -54,3 +54,14 @@ def test_reset_forgets_what_was_learned():
     policy.select(backends, chat("a" * 128))
     policy.reset()
     assert policy.select(views(2), chat("a" * 128)).rule == "least-load"
+
+
+def test_each_decision_predicts_the_cached_tokens_of_the_chosen_backend():
+    policy = create_policy("prefix-aware")
+    assert policy.select(views(2, in_flight=[1, 0]), chat("a" * 128)).predicted_cached_tokens == 0
+    # the system prompt's 2 blocks of 64 characters, 16 tokens each, are on backend 1
+    d = policy.select(views(2, in_flight=[0, 1]), chat("b" * 128))
+    assert (d.index, d.predicted_cached_tokens) == (1, 32)
+    # the load guard sends it where nothing of it is cached, and says so
+    d = policy.select(views(2, in_flight=[0, 100]), chat("a" * 128))
+    assert (d.index, d.rule, d.predicted_cached_tokens) == (0, "load-guard", 0)

@@ -68,3 +68,8 @@ def test_reset_forgets_what_was_learned():
     policy.select(views(2), turn(1, 10))
     policy.reset()
     assert policy.select(views(2, in_flight_tokens=[16, 0]), turn(1, 10)).rule == "least-load"
+
+
+def test_the_decision_predicts_the_cached_tokens_it_counted_on():
+    d = primed(turn(1, 30)).select(views(2, in_flight_tokens=[4800, 0]), turn(1, 35))
+    assert (d.index, d.predicted_cached_tokens) == (0, 40 * 16)

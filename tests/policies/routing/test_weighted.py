@@ -61,3 +61,10 @@ def prefix_on_backend_1_then(loads):
     policy.select(views(2, in_flight=[1, 0]), RequestInfo(prompt=LONG))
     d = policy.select(views(2, in_flight=loads), RequestInfo(prompt=LONG))
     return d.index, d.rule
+
+
+def test_the_decision_predicts_the_cached_tokens_of_the_winner():
+    policy = create_policy("weighted")
+    assert policy.select(views(3, in_flight=[1, 1, 0]), RequestInfo(prompt=LONG)).predicted_cached_tokens == 0
+    d = policy.select(views(3, in_flight=[0, 0, 1]), RequestInfo(prompt=LONG))
+    assert (d.index, d.predicted_cached_tokens) == (2, 9 * 16)  # the 9 full blocks of 64 characters
