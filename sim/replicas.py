@@ -215,10 +215,10 @@ class CoreReplica:
         self._run = None
         done = bisect.bisect_right(run.end_s, now_s)
         self.next_launch_s = end_s = run.end_s[done]
-        if done + 1 < len(run.end_s):
+        core: Any = self.core
+        if done + 1 < len(run.end_s) and core.holds_step_at_schedule:
             # the step under way finishes no request, so the core takes it with the others now
             # (its blocks are held from now, as when scheduled); its tokens are reported when it ends
-            core: Any = self.core
             core.apply_decode_steps(done + 1)
             times_s = run.end_s[:done]
             for job in run.jobs:
@@ -264,8 +264,8 @@ class CoreReplica:
             core: Any = self.core
             done = bisect.bisect_right(self._run.end_s, self.queue.now_s)
             return ReplicaMetrics(len(core.running), len(core.waiting), core.kv_cache_usage_after(done + 1))
-        if self.runs:  # the vLLM core: its three gauges without building a whole stats snapshot
+        if self.runs:  # a core with decode runs: its three gauges without a whole stats snapshot
             core = self.core
-            return ReplicaMetrics(len(core.running), len(core.waiting), core.kv_cache_manager.usage)
+            return ReplicaMetrics(len(core.running), len(core.waiting), core.kv_cache_usage)
         s = self.core.stats()
         return ReplicaMetrics(s.num_running, s.num_waiting, s.kv_cache_usage)

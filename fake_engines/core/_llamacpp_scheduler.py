@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections import deque
 
+from fake_engines.core import _llamacpp_decode_run as _decode_run
 from fake_engines.core._config import LlamaCppSchedulerConfig
 from fake_engines.core._generator import token_stream
 from fake_engines.core._progress import advance_request
@@ -24,12 +25,16 @@ from fake_engines.core._request import (
 )
 from fake_engines.core._slot import Slot, common_prefix_len, select_slot
 from fake_engines.core._step_builder import StepBuilder, is_decode
+from fake_engines.perf.batch import StepBatch
 
 _UNSET = object()  # no slot batched yet in this iteration (a LoRA key may itself be None)
 
 
 class LlamaCppScheduler:
     """The EngineCore of the llama-server look-alike."""
+
+    holds_step_at_schedule = False
+    """A slot's cells grow when its iteration finishes, not when it is scheduled."""
 
     def __init__(self, config: LlamaCppSchedulerConfig) -> None:
         self.config = config
@@ -159,6 +164,39 @@ class LlamaCppScheduler:
     def _busy(self) -> list[EngineRequest]:
         return [s.request for s in self.slots if s.request is not None]
 
+    @property
+    def running(self) -> list[EngineRequest]:
+        """Requests in slots, in slot order."""
+        return self._busy()
+
+    @property
+    def waiting(self) -> deque[EngineRequest]:
+        """Deferred requests, oldest first."""
+        return self.deferred
+
+    @property
+    def kv_cache_usage(self) -> float:
+        """Share of the pool's cells busy slots hold (stats().kv_cache_usage without the rest)."""
+        return min(1.0, sum(s.used_cells for s in self.slots if s.is_processing) / self.config.n_ctx)
+
+    def decode_run_length(self) -> int:
+        """Iterations from the next `schedule()` that decode the same requests, none finishing
+        before the last, if nothing is added or aborted (0 when the next is not such an iteration)."""
+        return _decode_run.decode_run_length(self)
+
+    def decode_run_batch(self) -> tuple[StepBatch, int]:
+        """The next decode run's first batch and the context tokens each later iteration adds."""
+        return _decode_run.decode_run_batch(self)
+
+    def kv_cache_usage_after(self, num_steps: int) -> float:
+        """KV usage once the next `num_steps` decode-run iterations are scheduled, without applying them."""
+        return _decode_run.kv_cache_usage_after(self, num_steps)
+
+    def apply_decode_steps(self, num_steps: int) -> None:
+        """Apply the next `num_steps` iterations at once, exactly as schedule() and finish_step()
+        would; only for fewer than `decode_run_length()`, so none finishes a request."""
+        _decode_run.apply_decode_steps(self, num_steps)
+
     def _schedule_generating(self, builder: StepBuilder) -> object:
         """Add one token per generating slot that can batch with the first one; return the batch's LoRA."""
         batched_lora: object = _UNSET
@@ -222,11 +260,10 @@ class LlamaCppScheduler:
     def stats(self) -> SchedulerStats:
         """Gauges and counters as of now; `slots` feeds `/slots`."""
         busy = self._busy()
-        held = sum(s.used_cells for s in self.slots if s.is_processing)
         return SchedulerStats(
             num_running=len(busy),
             num_waiting=len(self.deferred),
-            kv_cache_usage=min(1.0, held / self.config.n_ctx),
+            kv_cache_usage=self.kv_cache_usage,
             prefix_cache_queries=self._totals["queries"],
             prefix_cache_hits=self._totals["cached"],
             prompt_tokens_total=self._totals["prompt"],

@@ -47,6 +47,9 @@ def check_context(request: EngineRequest, max_model_len: int) -> None:
 class VllmScheduler:
     """The EngineCore of the vLLM look-alike."""
 
+    holds_step_at_schedule = True
+    """A step's KV blocks are taken when it is scheduled."""
+
     def __init__(self, config: VllmSchedulerConfig) -> None:
         self.config = config
         self.max_concurrent_batches = config.max_concurrent_batches
@@ -244,6 +247,11 @@ class VllmScheduler:
             del self.requests[request.request_id]
             del self._streams[request.request_id]
         return output
+
+    @property
+    def kv_cache_usage(self) -> float:
+        """Fraction of usable KV blocks referenced by live requests (stats().kv_cache_usage)."""
+        return self.kv_cache_manager.usage
 
     def decode_run_length(self) -> int:
         """Steps from the next `schedule()` that decode the same requests, none finishing before

@@ -25,9 +25,12 @@ def _workload(n: int, seed: int = 3) -> list[TraceRequest]:
     return out
 
 
-def _run(decode_runs: bool, policy: str, blocks: int | None, scrape_s: float | None) -> tuple:
+def _run(decode_runs: bool, policy: str, blocks: int | None, scrape_s: float | None,
+         llamacpp: dict | None = None) -> tuple:
     spec = EngineSpec(kind="vllm", scheduler={"block_size": 16, "max_num_seqs": 12},
                       num_gpu_blocks_override=blocks)
+    if llamacpp is not None:
+        spec = EngineSpec(kind="llamacpp", gpu="rtx4090", scheduler=llamacpp)
     factory = replica_factory(spec)
 
     def make(index: int, listener: object) -> CoreReplica:
@@ -59,6 +62,20 @@ def test_decode_runs_reproduce_step_by_step_records_and_counters(policy: str, bl
     if blocks == 200:
         assert sum(s.num_preemptions for s in slow_stats) > 0
 
+
+
+@pytest.mark.parametrize(("policy", "flags", "scrape_s"), [
+    ("round-robin", {"n_parallel": 4}, None),  # 1,024-token slots: some requests stop at the slot's context
+    ("least-load", {"n_ctx": 2048}, None),  # one 2,048-cell pool for 4 slots: idle caches dropped, out of cells
+    ("least-load:signal=kv_cache_usage", {"n_ctx": 8192, "slot_prompt_similarity": 0.5}, 0.25),
+])
+def test_llamacpp_decode_runs_reproduce_step_by_step_records_slots_and_counters(
+        policy: str, flags: dict, scrape_s: float | None) -> None:
+    fast_records, fast_stats, fast_events = _run(True, policy, None, scrape_s, llamacpp=flags)
+    slow_records, slow_stats, slow_events = _run(False, policy, None, scrape_s, llamacpp=flags)
+    assert fast_records == slow_records
+    assert fast_stats == slow_stats  # slot states included: caches, last use, task ids
+    assert fast_events < slow_events
 
 def test_builtin_block_hash_default_gives_the_same_run_as_sha256() -> None:
     # the simulator keys blocks with the builtin hash; hits, evictions and preemptions must not move

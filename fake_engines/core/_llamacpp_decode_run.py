@@ -1,0 +1,78 @@
+"""Decode runs of the llama.cpp core: identical generation-only iterations applied at once.
+
+While every busy slot is generating (no prompt being processed), all share one LoRA
+configuration, none finishes before the last iteration, and the unified pool has a free cell
+for every new token without dropping an idle slot's cache, iterations differ only in context
+lengths. Nothing else moves between them: no slot frees, and cells only fill, so a deferred
+request that could not start before the run cannot start during it; the launch attempt after
+each iteration finds the same slot and has already dropped the idle caches it would drop.
+Every request draws its tokens from its own stream, so applying k iterations at once leaves
+tokens, slots and counters exactly as k calls of schedule() and finish_step() would.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fake_engines.core._generator import next_token_ids
+from fake_engines.core._request import EngineRequest
+from fake_engines.perf.batch import StepBatch
+
+if TYPE_CHECKING:
+    from fake_engines.core._llamacpp_scheduler import LlamaCppScheduler
+
+
+def _generating(sched: LlamaCppScheduler) -> list[EngineRequest] | None:
+    """The busy slots' requests when each of them decodes in the next iteration, else None."""
+    busy = sched.running
+    if not busy or len(busy) > sched.config.n_batch:
+        return None
+    if any(not r.output_token_ids for r in busy) or len({r.lora for r in busy}) > 1:
+        return None
+    return busy
+
+
+def decode_run_length(sched: LlamaCppScheduler) -> int:
+    """Iterations from the next `schedule()` that decode the same requests, none finishing before
+    the last, if nothing is added or aborted; 0 if none."""
+    busy = _generating(sched)
+    if sched._in_flight is not None or busy is None:
+        return 0
+    limit = sched.config.slot_n_ctx
+    # iteration s appends token s: a request stops at its target length or at the slot's context
+    steps = min(min(r.target_output_len - len(r.output_token_ids), limit - r.num_tokens) for r in busy)
+    if sched.config.unified:  # each iteration needs a free cell per request, with idle caches kept
+        steps = min(steps, sched._free_cells() // len(busy))
+    return max(steps, 0)
+
+
+def decode_run_batch(sched: LlamaCppScheduler) -> tuple[StepBatch, int]:
+    """The first iteration's batch of a decode run, and the context tokens each later one adds."""
+    busy = sched.running
+    adapters = len({r.lora for r in busy if r.lora is not None})
+    batch = StepBatch(decode_seqs=len(busy), decode_context_tokens=sum(r.num_tokens for r in busy),
+                      lora_adapters=adapters)
+    return batch, len(busy)
+
+
+def kv_cache_usage_after(sched: LlamaCppScheduler, num_steps: int) -> float:
+    """KV usage once `num_steps` more decode-run iterations are scheduled: a slot's cells grow
+    when its iteration finishes, so all but the last of them count."""
+    busy = sched.running
+    held = sum(s.used_cells for s in sched.slots if s.is_processing) + max(0, num_steps - 1) * len(busy)
+    return min(1.0, held / sched.config.n_ctx)
+
+
+def apply_decode_steps(sched: LlamaCppScheduler, num_steps: int) -> None:
+    """Apply `num_steps` iterations at once; fewer than `decode_run_length()`, so none finishes."""
+    if num_steps <= 0:
+        return
+    busy = sched.running
+    totals = sched._totals
+    for request in busy:
+        request.output_token_ids.extend(next_token_ids(sched._streams[request.request_id], num_steps))
+        request.num_computed_tokens += num_steps
+        totals["tokens_max"] = max(totals["tokens_max"], request.num_tokens)
+    totals["steps"] += num_steps
+    totals["busy_slots"] += num_steps * len(busy)
+    totals["generation"] += num_steps * len(busy)
