@@ -71,10 +71,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print every run as loadgen result JSON")
     p.add_argument("--output", metavar="PREFIX", help="also write PREFIX-<policy>.json per run")
     p.add_argument("--plot", metavar="PNG", help="write latency CDFs of the runs to this PNG")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="a progress bar per run on stderr (default: when stderr is a terminal)")
 
 
-def _workload(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _workload(args: argparse.Namespace, runs: int):  # type: ignore[no-untyped-def]
     import itertools
+
+    from tqdm import tqdm
+
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    started = itertools.count(1)
 
     def load() -> Iterable:  # type: ignore[type-arg]
         if args.trace:
@@ -83,7 +90,10 @@ def _workload(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         else:
             from loadgen.synthetic import synthetic_requests
             reqs = synthetic_requests(args.synthetic, seed=args.seed)
-        return itertools.islice(reqs, args.max_requests) if args.max_requests else reqs
+        reqs = itertools.islice(reqs, args.max_requests) if args.max_requests else reqs
+        # arrivals are drawn as virtual time reaches them, so the bar follows the simulation
+        return tqdm(reqs, desc=f"run {next(started)}/{runs}", unit="req", total=args.max_requests,
+                    disable=not show, mininterval=0.5, file=sys.stderr)
     return load
 
 
@@ -108,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
     policies = args.policy or ["round-robin"]
     slo = parse_slo(args.slo) if args.slo else None
     try:
-        results = compare(_workload(args), _spec(args), args.replicas, policies, args.seed,
+        runs = len(policies) * max(1, len(args.autoscale))
+        results = compare(_workload(args, runs), _spec(args), args.replicas, policies, args.seed,
                           args.scrape_interval, slo, args.autoscale, args.cold_start)
     except (ValueError, KeyError, FileNotFoundError) as exc:
         print(f"flotilla sim: error: {exc}", file=sys.stderr)

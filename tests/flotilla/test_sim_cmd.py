@@ -1,0 +1,34 @@
+"""`flotilla sim` as users run it: progress on stderr, tables and JSON on stdout, errors by name."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flotilla.cli import main
+from tests.conftest import REPO
+
+EXAMPLE9 = str(REPO / "tests" / "data" / "seed" / "example9.jsonl")
+
+
+def test_progress_bars_go_to_stderr_one_per_run_and_leave_the_json_clean(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["sim", "--trace", EXAMPLE9, "--engine", "fixed", "--replicas", "3", "--policy", "round-robin",
+            "--policy", "least-outstanding", "--json", "--progress"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert [r["meta"]["policy"] for r in json.loads(out)["runs"]] == ["round-robin", "least-outstanding"]
+    assert "run 1/2" in err and "run 2/2" in err and "12req" in err.replace(" ", "")
+
+
+def test_no_progress_bar_unless_asked_when_stderr_is_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "--trace", EXAMPLE9, "--engine", "fixed", "--replicas", "3"]) == 0
+    out, err = capsys.readouterr()
+    assert "round-robin" in out and err == ""
+
+
+def test_a_bad_engine_flag_value_is_an_error_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["sim", "--trace", EXAMPLE9, "--replicas", "2", "--prefix-caching-hash-algo", "md5"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "prefix_caching_hash_algo='md5'" in err and "sha256, builtin" in err and "Traceback" not in err
