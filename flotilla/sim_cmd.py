@@ -20,19 +20,21 @@ examples:
       --block-size 8 --num-gpu-blocks-override 100000 --policy session-affinity:home=modulo
 """
 
-# flag -> (scheduler config field, type, engine kinds it applies to)
-ENGINE_FLAGS: dict[str, tuple[str, type, tuple[str, ...]]] = {
-    "--block-size": ("block_size", int, ("vllm",)),
-    "--max-num-seqs": ("max_num_seqs", int, ("vllm",)),
-    "--max-num-batched-tokens": ("max_num_batched_tokens", int, ("vllm",)),
-    "--max-model-len": ("max_model_len", int, ("vllm",)),
-    "--max-loras": ("max_loras", int, ("vllm",)),
-    "--prefix-caching-hash-algo": ("prefix_caching_hash_algo", str, ("vllm",)),
-    "-c": ("n_ctx", int, ("llamacpp",)),
-    "-np": ("n_parallel", int, ("llamacpp",)),
-    "-b": ("n_batch", int, ("llamacpp",)),
-    "-ub": ("n_ubatch", int, ("llamacpp",)),
-    "--slot-prompt-similarity": ("slot_prompt_similarity", float, ("llamacpp",)),
+# flags, spelled as fake-vllm serve / fake-llama-server spell them -> (scheduler config field,
+# type, engine kinds it applies to)
+ENGINE_FLAGS: dict[tuple[str, ...], tuple[str, type, tuple[str, ...]]] = {
+    ("--block-size",): ("block_size", int, ("vllm",)),
+    ("--max-num-seqs",): ("max_num_seqs", int, ("vllm",)),
+    ("--max-num-batched-tokens",): ("max_num_batched_tokens", int, ("vllm",)),
+    ("--max-model-len",): ("max_model_len", int, ("vllm",)),
+    ("--max-loras",): ("max_loras", int, ("vllm",)),
+    ("--enable-prefix-caching",): ("enable_prefix_caching", bool, ("vllm",)),
+    ("--prefix-caching-hash-algo",): ("prefix_caching_hash_algo", str, ("vllm",)),
+    ("-c", "--ctx-size"): ("n_ctx", int, ("llamacpp",)),
+    ("-np", "--parallel"): ("n_parallel", int, ("llamacpp",)),
+    ("-b", "--batch-size"): ("n_batch", int, ("llamacpp",)),
+    ("-ub", "--ubatch-size"): ("n_ubatch", int, ("llamacpp",)),
+    ("--slot-prompt-similarity", "-sps"): ("slot_prompt_similarity", float, ("llamacpp",)),
 }
 
 
@@ -54,8 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--link", default="nvlink", help="link between the GPUs of one replica (default nvlink)")
     p.add_argument("--num-gpu-blocks-override", type=int, help="vLLM KV blocks instead of the capacity model's")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vLLM share of GPU memory")
-    for flag, (field, typ, kinds) in ENGINE_FLAGS.items():
-        p.add_argument(flag, type=typ, dest=f"eng_{field}", help=f"{'/'.join(kinds)} {field}")
+    for flags, (field, typ, kinds) in ENGINE_FLAGS.items():
+        kind = {"action": argparse.BooleanOptionalAction} if typ is bool else {"type": typ}
+        p.add_argument(*flags, **kind, dest=f"eng_{field}", help=f"{'/'.join(kinds)} {field}")
     p.add_argument("--policy", action="append", metavar="SPEC",
                    help="routing policy NAME[:key=value,...]; repeat to compare (default round-robin)")
     p.add_argument("--autoscale", action="append", default=[], metavar="SPEC",

@@ -32,3 +32,18 @@ def test_a_bad_engine_flag_value_is_an_error_naming_it(capsys: pytest.CaptureFix
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "prefix_caching_hash_algo='md5'" in err and "sha256, builtin" in err and "Traceback" not in err
+
+
+def test_engine_flags_take_the_engines_long_spellings_and_prefix_caching_can_be_switched_off(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    agents = "agents:sessions=3,turns=3,system=1000,output=16,think=1"
+    argv = ["sim", "--synthetic", agents, "--replicas", "1", "--json"]
+    assert main(argv) == 0
+    cached = json.loads(capsys.readouterr().out)["runs"][0]["meta"]["prompt_tokens_reused"]
+    assert main([*argv, "--no-enable-prefix-caching"]) == 0
+    assert cached > 0 and json.loads(capsys.readouterr().out)["runs"][0]["meta"]["prompt_tokens_reused"] == 0
+    llama = ["sim", "--synthetic", agents, "--replicas", "1", "--engine", "llamacpp", "--gpu", "rtx4090", "--json"]
+    assert main([*llama, "--ctx-size", "8192", "--parallel", "2", "--batch-size", "512", "--ubatch-size", "256"]) == 0
+    short = capsys.readouterr().out
+    assert main([*llama, "-c", "8192", "-np", "2", "-b", "512", "-ub", "256"]) == 0
+    assert capsys.readouterr().out == short
