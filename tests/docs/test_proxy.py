@@ -29,8 +29,9 @@ def test_every_documented_metric_is_exposed() -> None:
     metrics.scrape_age.labels("http://b").set(0)
     metrics.state.labels("http://b", "ready").set(1)
     metrics.client_disconnects.inc()
+    metrics.prefix_prediction("http://b", 160, 144)
     families = list(text_string_to_metric_families(metrics.exposition().decode()))
     exposed = {f.name for f in families} | {s.name for f in families for s in f.samples}
     documented = set(re.findall(r"`(flotilla_[a-z_]+)\{?", DOC.split("## Metrics", 1)[1]))
-    assert len(documented) == 10
+    assert len(documented) == 12
     assert documented <= exposed
