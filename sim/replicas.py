@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from fake_engines.core import EngineCore, EngineRequest, RequestOutput, RequestRejected, ScheduledStep
@@ -95,6 +95,17 @@ class FixedReplica:
 StepTime = Callable[[StepBatch], float]
 DecodeRunTime = Callable[[StepBatch, int, int], Sequence[float]]
 """(first batch, context tokens added per step, steps) -> each step's seconds."""
+
+
+def stepwise_run_time(step_time: StepTime) -> DecodeRunTime:
+    """A decode run's step times asked of `step_time` step by step: exact for any step-time
+    model, where no vectorised one (`fake_engines.perf.step_time.decode_run_array_s`) is at hand."""
+
+    def run_time(first: StepBatch, context_step: int, num_steps: int) -> list[float]:
+        start = first.decode_context_tokens
+        return [step_time(replace(first, decode_context_tokens=start + i * context_step)) for i in range(num_steps)]
+
+    return run_time
 
 
 @dataclass

@@ -8,13 +8,15 @@ one spec differ only in the clock.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from fake_engines.llamacpp.config import LlamaServerConfig
+from fake_engines.perf.batch import StepBatch
 from fake_engines.vllm.config import VllmServeConfig
 from flotilla.testing.spec import FleetSpec, FleetSpecError
 from sim.fleet import ReplicaFactory
-from sim.replicas import CoreReplica, Listener
+from sim.replicas import CoreReplica, Listener, stepwise_run_time
 
 VLLM_DEFAULTS: dict[str, Any] = {"max_model_len": 32768, "enable_prompt_tokens_details": True}
 """Room for agent-sized prompts, and cached tokens in usage so prefix hits are measured."""
@@ -63,7 +65,7 @@ def _vllm_replica(config: VllmServeConfig, index: int, listener: Listener) -> Co
     from fake_engines.vllm import engine
 
     sized = engine.size_engine(config)
-    return CoreReplica(index, engine.build_scheduler(config, sized), engine.step_time_fn(config, sized), listener)
+    return _replica(index, engine.build_scheduler(config, sized), engine.step_time_fn(config, sized), listener)
 
 
 def _llama_replica(config: LlamaServerConfig, index: int, listener: Listener) -> CoreReplica:
@@ -72,4 +74,10 @@ def _llama_replica(config: LlamaServerConfig, index: int, listener: Listener) ->
 
     model = load_model(config.model)
     sized = engine.size_engine(config, model)
-    return CoreReplica(index, engine.build_scheduler(config, model), engine.step_time_fn(sized), listener)
+    return _replica(index, engine.build_scheduler(config, model), engine.step_time_fn(sized), listener)
+
+
+def _replica(index: int, core: Any, step_time: Callable[[StepBatch], float], listener: Listener) -> CoreReplica:
+    # decode runs need the fleet's event queue, to land mid-run reads on the right instant
+    return CoreReplica(index, core, step_time, listener, queue=getattr(listener, "queue", None),
+                       decode_run_time=stepwise_run_time(step_time))

@@ -33,3 +33,23 @@ async def test_an_unknown_policy_or_a_model_that_does_not_fit_fails_at_start():
         await SimFleet.start(FleetSpec(policy="fastest"))
     with pytest.raises(ModelDoesNotFit, match="out of memory"):
         await SimFleet.start(FleetSpec(model="llama-3.1-70b", gpu="rtx4090"))
+
+
+@pytest.mark.parametrize("flavor", ["vllm", "llamacpp"])
+async def test_decode_runs_leave_the_simulated_fleets_results_as_step_by_step(flavor: str, monkeypatch):
+    from flotilla.testing import engines
+
+    spec = FleetSpec(engines=2, flavor=flavor, policy="least-outstanding", seed=3,
+                     gpu="h100" if flavor == "vllm" else "rtx4090")
+    fast = await (await SimFleet.start(spec)).replay(WORKLOAD, seed=4)
+    make = engines._replica
+
+    def stepping(*args, **kwargs):
+        replica = make(*args, **kwargs)
+        replica.runs = False
+        return replica
+
+    monkeypatch.setattr(engines, "_replica", stepping)
+    slow = await (await SimFleet.start(spec)).replay(WORKLOAD, seed=4)
+    assert fast.meta.pop("events") < slow.meta.pop("events")
+    assert fast.to_json() == slow.to_json()
