@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from array import array
+from collections.abc import MutableSequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
+
+
+def _json_dict(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    return {key: value.tolist() if isinstance(value, array) else value for key, value in items}
 
 
 @dataclass
@@ -35,8 +41,9 @@ class RequestRecord:
     """When it actually left, seconds from the run start."""
     ttft_s: float | None = None
     """Time to first token: send to the first streamed token, seconds."""
-    itl_s: list[float] = field(default_factory=list)
-    """Inter-token latencies: each gap between successive streamed tokens, seconds."""
+    itl_s: MutableSequence[float] = field(default_factory=list)
+    """Inter-token latencies: each gap between successive streamed tokens, seconds (a list, or
+    an `array('d')` where millions are kept, as the simulator keeps them; JSON has a list)."""
     tpot_s: float | None = None
     """Time per output token after the first: (e2e - ttft) / (completion_tokens - 1), seconds."""
     e2e_s: float | None = None
@@ -150,7 +157,7 @@ class RunResult:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict of the whole result."""
-        return dataclasses.asdict(self)
+        return dataclasses.asdict(self, dict_factory=_json_dict)
 
     def save(self, path: str | Path) -> None:
         """Write the result as indented JSON."""

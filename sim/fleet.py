@@ -9,6 +9,7 @@ which shows what stale load signals do to a policy.
 from __future__ import annotations
 
 import operator
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -92,7 +93,7 @@ class FleetSim:
         self.decisions: dict[str, int] = {}
         self.replica_counts: list[tuple[float, int]] = []
         self._gaps_of: Sequence[float] | None = None  # the times on_tokens last turned into gaps
-        self._gaps: list[float] = []
+        self._gaps = array("d")
         self.prefix_predicted_tokens: int | None = None  # summed over requests the policy predicted
         self.prefix_observed_tokens = 0
         for _ in range(self.num_replicas):
@@ -176,7 +177,8 @@ class FleetSim:
             raise RuntimeError(f"policy {self.policy.name} chose no replica for request {index}")
         self.decisions[decision.rule] = self.decisions.get(decision.rule, 0) + 1
         record = RequestRecord(index=index, session_id=req.session_id, backend=str(decision.index),
-                               scheduled_time_s=req.timestamp_s, send_time_s=req.timestamp_s)
+                               scheduled_time_s=req.timestamp_s, send_time_s=req.timestamp_s,
+                               itl_s=array("d"))  # 8 bytes a gap: a long run keeps tens of millions
         job.arrival_s = req.timestamp_s  # latency counts from arrival, time held included
         self.records.append(record)
         tokens = info.prompt_tokens + (info.max_tokens or 0)
@@ -246,7 +248,7 @@ class FleetSim:
         p = self.pending[job.index]
         if times_s is not self._gaps_of:  # every request of a run reports the same times: gaps once
             self._gaps_of = times_s
-            self._gaps = list(map(operator.sub, times_s[1:], times_s))
+            self._gaps = array("d", map(operator.sub, times_s[1:], times_s))  # extends records by memcpy
         itl_s = p.record.itl_s
         if p.last_token_s is not None:
             itl_s.append(times_s[0] - p.last_token_s)
