@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from policies.routing.base import BackendView, Decision, RequestInfo, RoutingPolicy
-from policies.routing.prefix_index import BlockShape, PrefixIndex, block_hashes
+from policies.routing.base import BackendView, Decision, RequestInfo
+from policies.routing.prefix_index import block_hashes
+from policies.routing.prefix_indexed import PrefixIndexedPolicy
 from policies.routing.registry import register_policy
 from policies.routing.signals import least_loaded, load_of
 from policies.routing.validation import (
@@ -54,7 +54,7 @@ def imbalanced(loads: Sequence[float], abs_threshold: float, rel_threshold: floa
 
 
 @register_policy("prefix-aware", config=PrefixAwareConfig)
-class PrefixAware(RoutingPolicy):
+class PrefixAware(PrefixIndexedPolicy):
     """Route to the backend holding the longest cached prefix of the whole prompt.
 
     The prompt is what the engine sees: `RequestInfo.prompt_token_ids` when given, else the
@@ -71,22 +71,12 @@ class PrefixAware(RoutingPolicy):
 
     config: PrefixAwareConfig
 
-    def __init__(self, config: object | None = None, rng: random.Random | None = None) -> None:
-        super().__init__(config, rng)
-        cfg = self.config
-        self.shape = BlockShape(cfg.block_size_tokens, cfg.chars_per_token)
-        self.index = PrefixIndex(cfg.default_capacity_tokens // cfg.block_size_tokens)
-
     def select(self, backends: Sequence[BackendView], request: RequestInfo) -> Decision | None:
         if not backends:
             return None
         hashes = block_hashes(request, self.shape)
         decision = self._decide(backends, hashes)
-        chosen = next(b for b in backends if b.index == decision.index)
-        size = self.config.block_size_tokens
-        predicted = self.index.match(chosen.url, hashes) * size
-        self.index.record(chosen, hashes, size)
-        return Decision(decision.index, decision.rule, predicted)
+        return self.decide(next(b for b in backends if b.index == decision.index), hashes, decision.rule)
 
     def _decide(self, backends: Sequence[BackendView], hashes: list[int]) -> Decision:
         cfg = self.config
@@ -110,6 +100,3 @@ class PrefixAware(RoutingPolicy):
     def match_fraction(self, backend: BackendView, request: RequestInfo) -> float:
         """Share of the request's blocks the index believes `backend` holds (0 for no blocks)."""
         return self.index.match_fraction(backend.url, block_hashes(request, self.shape))
-
-    def reset(self) -> None:
-        self.index.clear()

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from policies.routing.base import BackendView, Decision, RequestInfo, RoutingPolicy
-from policies.routing.prefix_index import BlockShape, PrefixIndex, block_hashes
+from policies.routing.base import BackendView, Decision, RequestInfo
+from policies.routing.prefix_index import block_hashes
+from policies.routing.prefix_indexed import PrefixIndexedPolicy
 from policies.routing.registry import register_policy
 from policies.routing.validation import require_non_negative, require_positive
 
@@ -34,7 +34,7 @@ class PrefixCostConfig:
 
 
 @register_policy("prefix-cost", config=PrefixCostConfig)
-class PrefixCost(RoutingPolicy):
+class PrefixCost(PrefixIndexedPolicy):
     """Route to the least cost, in KV blocks, as NVIDIA Dynamo's KV router does:
 
         cost = overlap_weight x (prompt blocks not cached there) + blocks in hand there
@@ -51,23 +51,14 @@ class PrefixCost(RoutingPolicy):
 
     config: PrefixCostConfig
 
-    def __init__(self, config: object | None = None, rng: random.Random | None = None) -> None:
-        super().__init__(config, rng)
-        cfg = self.config
-        self.shape = BlockShape(cfg.block_size_tokens, cfg.chars_per_token)
-        self.index = PrefixIndex(cfg.default_capacity_tokens // cfg.block_size_tokens)
-
     def select(self, backends: Sequence[BackendView], request: RequestInfo) -> Decision | None:
         if not backends:
             return None
         hashes = block_hashes(request, self.shape)
         costs = self.costs(backends, hashes)
         best = min(range(len(backends)), key=lambda i: (costs[i][0], costs[i][1], backends[i].index))
-        winner = backends[best]
-        self.index.record(winner, hashes, self.config.block_size_tokens)
         matched = len(hashes) - costs[best][2]
-        rule = "prefix-match" if matched > 0 else "least-load"
-        return Decision(winner.index, rule, matched * self.config.block_size_tokens)
+        return self.decide(backends[best], hashes, "prefix-match" if matched > 0 else "least-load")
 
     def costs(self, backends: Sequence[BackendView], hashes: list[int]) -> list[tuple[float, float, int]]:
         """Per backend, in order: (cost, blocks in hand, prompt blocks to prefill)."""
@@ -78,6 +69,3 @@ class PrefixCost(RoutingPolicy):
             in_hand = backend.in_flight_tokens / cfg.block_size_tokens
             out.append((cfg.overlap_weight * to_prefill + in_hand, in_hand, to_prefill))
         return out
-
-    def reset(self) -> None:
-        self.index.clear()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from policies.routing.base import BackendView, Decision, RequestInfo, RoutingPolicy
+from policies.routing.base import BackendView, Decision, RequestInfo
 from policies.routing.prefix_aware import imbalanced
-from policies.routing.prefix_index import BlockShape, PrefixIndex, block_hashes
+from policies.routing.prefix_index import block_hashes
+from policies.routing.prefix_indexed import PrefixIndexedPolicy
 from policies.routing.registry import ConfigError, register_policy
 from policies.routing.signals import load_of
 from policies.routing.validation import (
@@ -58,7 +58,7 @@ class WeightedConfig:
 
 
 @register_policy("weighted", config=WeightedConfig)
-class Weighted(RoutingPolicy):
+class Weighted(PrefixIndexedPolicy):
     """Pick the highest sum of weight x score; every score is in [0, 1].
 
     Scorers (the endpoint picker's formulas where it has one):
@@ -77,24 +77,13 @@ class Weighted(RoutingPolicy):
 
     config: WeightedConfig
 
-    def __init__(self, config: object | None = None, rng: random.Random | None = None) -> None:
-        super().__init__(config, rng)
-        cfg = self.config
-        self.shape = BlockShape(cfg.block_size_tokens, cfg.chars_per_token)
-        self.index = PrefixIndex(cfg.default_capacity_tokens // cfg.block_size_tokens)
-
     def select(self, backends: Sequence[BackendView], request: RequestInfo) -> Decision | None:
         if not backends:
             return None
         hashes = block_hashes(request, self.shape)
         table = self.scores(backends, request, hashes)
         ranked = sorted(range(len(backends)), key=lambda i: (-_total(table[i]), backends[i].index))
-        winner = backends[ranked[0]]
-        rule = self._rule(table, ranked)
-        size = self.config.block_size_tokens
-        predicted = self.index.match(winner.url, hashes) * size
-        self.index.record(winner, hashes, size)
-        return Decision(winner.index, rule, predicted)
+        return self.decide(backends[ranked[0]], hashes, self._rule(table, ranked))
 
     def scores(
         self, backends: Sequence[BackendView], request: RequestInfo, hashes: list[int]
@@ -124,9 +113,6 @@ class Weighted(RoutingPolicy):
         if _total(first) == _total(second):
             return "tie"
         return max(SCORERS, key=lambda s: first[s] - second[s])
-
-    def reset(self) -> None:
-        self.index.clear()
 
 
 def _lora_score(backend: BackendView, request: RequestInfo) -> float:

@@ -1,0 +1,31 @@
+"""The base of the policies that keep a prefix index of their own decisions."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from policies.routing.base import BackendView, Decision, RoutingPolicy
+from policies.routing.prefix_index import BlockShape, PrefixIndex
+
+
+class PrefixIndexedPolicy(RoutingPolicy):
+    """Keeps `index`, a `PrefixIndex` fed by the policy's own decisions, and cuts prompts with
+    `shape`; the config names block_size_tokens, chars_per_token and default_capacity_tokens."""
+
+    def __init__(self, config: object | None = None, rng: random.Random | None = None) -> None:
+        super().__init__(config, rng)
+        cfg = self.config
+        self.shape = BlockShape(cfg.block_size_tokens, cfg.chars_per_token)
+        self.index = PrefixIndex(cfg.default_capacity_tokens // cfg.block_size_tokens)
+
+    def decide(self, winner: BackendView, hashes: Sequence[int], rule: str) -> Decision:
+        """The decision for `winner`, predicting the prompt tokens it held; then the index
+        records it as holding every block of the prompt."""
+        size = self.config.block_size_tokens
+        predicted = self.index.match(winner.url, hashes) * size
+        self.index.record(winner, hashes, size)
+        return Decision(winner.index, rule, predicted)
+
+    def reset(self) -> None:
+        self.index.clear()
