@@ -51,6 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="llama-3.1-8b", help="catalogue model (default llama-3.1-8b)")
     p.add_argument("--gpu", default="h100", help="catalogue GPU (default h100)")
     p.add_argument("--catalogue", action="append", default=[], metavar="FILE", help="extra catalogue YAML")
+    p.add_argument("--quant", metavar="TYPE", help="llamacpp: GGUF quantisation of --model (Q4_K_M, Q8_0, F16, ...), "
+                                                  "as fake-llama-server serves <model>-<quant>.gguf; default: 16-bit")
     p.add_argument("-tp", "--tensor-parallel-size", type=int, default=1, dest="tp", help="tensor-parallel size")
     p.add_argument("-pp", "--pipeline-parallel-size", type=int, default=1, dest="pp", help="pipeline stages")
     p.add_argument("--link", default="nvlink", help="link between the GPUs of one replica (default nvlink)")
@@ -110,7 +112,7 @@ def _spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
                       layout=Layout(tp=args.tp, pp=args.pp, link=args.link), scheduler=sched,
                       num_gpu_blocks_override=args.num_gpu_blocks_override,
                       gpu_memory_utilization=args.gpu_memory_utilization,
-                      catalogue_files=tuple(args.catalogue))
+                      catalogue_files=tuple(args.catalogue), quant=args.quant)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,7 +23,7 @@ from loadgen.prompts import PromptBuilder
 from loadgen.trace import TraceRequest
 from sim.fleet import JobFactory, ReplicaFactory
 from sim.prompt_ids import prompt_token_ids
-from sim.replicas import CoreReplica, FixedReplica, Listener, SimJob
+from sim.replicas import CoreReplica, FixedReplica, Listener, SimJob, stepwise_run_time
 
 ENGINES = ("vllm", "llamacpp", "fixed")
 
@@ -48,10 +48,20 @@ class EngineSpec:
     """vLLM: share of GPU memory the engine may use."""
     catalogue_files: tuple[str, ...] = ()
     """Extra catalogue YAML files."""
+    quant: str | None = None
+    """llama.cpp: the GGUF quantisation of `model` (Q4_K_M, Q8_0, F16, ...), sized and timed as
+    fake-llama-server serves `<model>-<quant>.gguf`; None keeps the catalogue's 16-bit weights."""
 
     def __post_init__(self) -> None:
         if self.kind not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.kind!r}")
+        if self.quant is not None and self.kind != "llamacpp":
+            raise ValueError(f"a GGUF quantisation ({self.quant}) applies to the llamacpp engine only")
+
+    @property
+    def gguf_name(self) -> str:
+        """The model file fake-llama-server would be given (`quant` set)."""
+        return f"{self.model}-{self.quant}.gguf"
 
 
 SIM_HASH_ALGO = "builtin"
@@ -62,6 +72,8 @@ keys are equal, and a 64-bit key hashes about twice as fast as sha256."""
 def replica_factory(spec: EngineSpec, seed: int = 0) -> ReplicaFactory:
     if spec.kind == "fixed":
         return FixedReplica
+    if spec.quant is not None:
+        return _gguf_replica_factory(spec, seed)
     from fake_engines.perf.step_time import decode_run_array_s, step_time_s
 
     cat = load_catalogue(spec.catalogue_files)
@@ -90,6 +102,24 @@ def replica_factory(spec: EngineSpec, seed: int = 0) -> ReplicaFactory:
     return make
 
 
+def _gguf_replica_factory(spec: EngineSpec, seed: int) -> ReplicaFactory:
+    """llama.cpp replicas of a GGUF file, built as fake-llama-server builds them: the same
+    layer placement, core and step-time model."""
+    from fake_engines.llamacpp import engine
+    from fake_engines.llamacpp.config import LlamaServerConfig
+    from fake_engines.llamacpp.model import load_model
+
+    model = load_model(spec.gguf_name)
+
+    def make(index: int, listener: Listener) -> CoreReplica:
+        config = LlamaServerConfig(model=spec.gguf_name, gpu=spec.gpu, seed=seed + index, **spec.scheduler)
+        step_time = engine.step_time_fn(engine.size_engine(config, model))
+        return CoreReplica(index, engine.build_scheduler(config, model), step_time, listener,
+                           queue=getattr(listener, "queue", None), decode_run_time=stepwise_run_time(step_time))
+
+    return make
+
+
 def cold_start_s(spec: EngineSpec, startup_s: float = 20.0, warmup_s: float = 40.0,
                  load_gbps: float = 3.0) -> float:
     """Launch-to-ready seconds of one replica: the seed's Example 17 rule (startup, weights over
@@ -98,8 +128,12 @@ def cold_start_s(spec: EngineSpec, startup_s: float = 20.0, warmup_s: float = 40
         return startup_s + warmup_s
     from fake_engines.perf.coldstart import cold_start_s as perf_cold_start_s
 
-    model = load_catalogue(spec.catalogue_files).model(spec.model)
-    return float(perf_cold_start_s(model.weight_bytes(16), load_gbps, startup_s, warmup_s))
+    if spec.quant is not None:
+        from fake_engines.llamacpp.model import load_model
+        weight_bytes = load_model(spec.gguf_name).size_bytes
+    else:
+        weight_bytes = load_catalogue(spec.catalogue_files).model(spec.model).weight_bytes(16)
+    return float(perf_cold_start_s(weight_bytes, load_gbps, startup_s, warmup_s))
 
 
 def _kv_cache_blocks(*args: Any, **kwargs: Any) -> int:

@@ -47,3 +47,36 @@ def test_engine_flags_take_the_engines_long_spellings_and_prefix_caching_can_be_
     short = capsys.readouterr().out
     assert main([*llama, "-c", "8192", "-np", "2", "-b", "512", "-ub", "256"]) == 0
     assert capsys.readouterr().out == short
+
+
+def _tpot_mean(out: str) -> float:
+    return json.loads(out)["runs"][0]["summary"]["tpot_s"]["mean"]
+
+
+def test_a_gguf_quantisation_is_timed_as_fake_llama_server_times_it(capsys: pytest.CaptureFixture[str]) -> None:
+    from fake_engines.llamacpp import engine
+    from fake_engines.llamacpp.config import LlamaServerConfig
+    from fake_engines.llamacpp.model import load_model
+    from fake_engines.perf.batch import StepBatch
+    from sim.build import EngineSpec, replica_factory
+
+    replica = replica_factory(EngineSpec(kind="llamacpp", gpu="rtx4090", quant="Q4_K_M"))(0, None)
+    config = LlamaServerConfig(model="llama-3.1-8b-Q4_K_M.gguf", gpu="rtx4090")
+    served = engine.step_time_fn(engine.size_engine(config, load_model(config.model)))
+    batch = StepBatch(decode_seqs=3, decode_context_tokens=3000)
+    assert replica.step_time(batch) == served(batch)
+    argv = ["sim", "--synthetic", "poisson:rate=2,duration=10,input=200,output=64", "--replicas", "1",
+            "--engine", "llamacpp", "--gpu", "rtx4090", "--json"]
+    assert main(argv) == 0
+    bf16 = _tpot_mean(capsys.readouterr().out)
+    assert main([*argv, "--quant", "Q4_K_M"]) == 0
+    assert _tpot_mean(capsys.readouterr().out) < 0.5 * bf16  # a quarter of the weight bytes to read per token
+
+
+def test_a_quantisation_for_vllm_or_an_unknown_one_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["sim", "--trace", EXAMPLE9, "--replicas", "1"]
+    assert main([*base, "--quant", "Q4_K_M"]) == 2
+    assert "applies to the llamacpp engine only" in capsys.readouterr().err
+    assert main([*base, "--engine", "llamacpp", "--quant", "Q3_X"]) == 2
+    err = capsys.readouterr().err
+    assert "Q3_X" in err and "Traceback" not in err
