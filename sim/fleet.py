@@ -295,7 +295,8 @@ class FleetSim:
     def _result(self, label: str) -> RunResult:
         self.records.sort(key=lambda r: r.index)
         summary = summarize(self.records, self.slo)
-        e2e = [r.e2e_s for r in self.records if r.e2e_s is not None]
+        # a refused request has no latency to count
+        e2e = [r.e2e_s for r in self.records if r.ok and r.e2e_s is not None]
         computed = sum(ledger.prefill_tokens for ledger in self.ledgers)
         reused = sum(ledger.cached_tokens for ledger in self.ledgers)
         meta = {

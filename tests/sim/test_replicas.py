@@ -108,6 +108,7 @@ def test_a_request_the_engine_refuses_fails_with_a_400_and_the_others_run_on_unc
     rejected = result.requests[-1]
     assert not rejected.ok and rejected.error.startswith("HTTP 400: This model's maximum context length is 2048")
     assert rejected.e2e_s < 1e-9 and result.summary.num_failed == 1 and result.summary.num_ok == 40
+    assert result.meta["e2e_mean_s"] == pytest.approx(result.summary.e2e_s.mean)  # over the 40 served
     assert all(ledger.in_flight == 0 for ledger in sim.ledgers)
     # the refusal landed mid-run and left the other requests exactly as without it
     alone, _ = run(base)
