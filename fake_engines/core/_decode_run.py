@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from fake_engines.core._generator import next_token_ids
 from fake_engines.core._request import EngineRequest
-from fake_engines.perf.batch import StepBatch
 
 if TYPE_CHECKING:
     from fake_engines.core._kv_cache_manager import KVCacheManager
@@ -69,15 +68,6 @@ def kv_cache_usage_after(sched: VllmScheduler, num_steps: int) -> float:
     held = [len(kv._req_blocks.get(r.request_id, ())) for r in sched.running]
     free = pool.get_num_free_blocks() - _blocks_needed(sched.running, kv.block_size, held, num_steps)
     return 1.0 - free / pool.num_usable_blocks
-
-
-def decode_run_batch(sched: VllmScheduler) -> tuple[StepBatch, int]:
-    """The first step's batch of a decode run, and the context tokens each later step adds."""
-    running = sched.running
-    loras = {r.lora for r in running if r.lora is not None}
-    batch = StepBatch(decode_seqs=len(running), decode_context_tokens=sum(r.num_tokens for r in running),
-                      lora_adapters=len(loras))
-    return batch, len(running)
 
 
 def _pool_events(starts: list[int], block_size: int, num_steps: int) -> list[tuple[int, int]]:

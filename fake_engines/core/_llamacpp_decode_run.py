@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from fake_engines.core._generator import next_token_ids
 from fake_engines.core._request import EngineRequest
-from fake_engines.perf.batch import StepBatch
 
 if TYPE_CHECKING:
     from fake_engines.core._llamacpp_scheduler import LlamaCppScheduler
@@ -44,15 +43,6 @@ def decode_run_length(sched: LlamaCppScheduler) -> int:
     if sched.config.unified:  # each iteration needs a free cell per request, with idle caches kept
         steps = min(steps, sched._free_cells() // len(busy))
     return max(steps, 0)
-
-
-def decode_run_batch(sched: LlamaCppScheduler) -> tuple[StepBatch, int]:
-    """The first iteration's batch of a decode run, and the context tokens each later one adds."""
-    busy = sched.running
-    adapters = len({r.lora for r in busy if r.lora is not None})
-    batch = StepBatch(decode_seqs=len(busy), decode_context_tokens=sum(r.num_tokens for r in busy),
-                      lora_adapters=adapters)
-    return batch, len(busy)
 
 
 def kv_cache_usage_after(sched: LlamaCppScheduler, num_steps: int) -> float:

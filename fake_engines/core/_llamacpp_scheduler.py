@@ -24,7 +24,7 @@ from fake_engines.core._request import (
     SchedulerStats,
 )
 from fake_engines.core._slot import Slot, common_prefix_len, select_slot
-from fake_engines.core._step_builder import StepBuilder, is_decode
+from fake_engines.core._step_builder import StepBuilder, decode_run_batch, is_decode
 from fake_engines.perf.batch import StepBatch
 
 _UNSET = object()  # no slot batched yet in this iteration (a LoRA key may itself be None)
@@ -186,7 +186,7 @@ class LlamaCppScheduler:
 
     def decode_run_batch(self) -> tuple[StepBatch, int]:
         """The next decode run's first batch and the context tokens each later iteration adds."""
-        return _decode_run.decode_run_batch(self)
+        return decode_run_batch(self.running)
 
     def kv_cache_usage_after(self, num_steps: int) -> float:
         """KV usage once the next `num_steps` decode-run iterations are scheduled, without applying them."""

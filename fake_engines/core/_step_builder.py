@@ -17,6 +17,15 @@ def is_decode(request: EngineRequest, num_new_tokens: int) -> bool:
     )
 
 
+def decode_run_batch(requests: list[EngineRequest]) -> tuple[StepBatch, int]:
+    """The first step's batch when every one of `requests` decodes one token (as `StepBuilder`
+    counts a decode), and the context tokens each later step of the run adds."""
+    adapters = len({r.lora for r in requests if r.lora is not None})
+    batch = StepBatch(decode_seqs=len(requests), decode_context_tokens=sum(r.num_tokens for r in requests),
+                      lora_adapters=adapters)
+    return batch, len(requests)
+
+
 @dataclass
 class StepBuilder:
     """The step being scheduled; schedulers add requests to it in scheduling order."""

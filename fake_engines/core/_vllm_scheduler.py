@@ -18,7 +18,7 @@ from fake_engines.core._request import (
     ScheduledStep,
     SchedulerStats,
 )
-from fake_engines.core._step_builder import StepBuilder, is_decode
+from fake_engines.core._step_builder import StepBuilder, decode_run_batch, is_decode
 from fake_engines.perf.batch import StepBatch
 
 
@@ -260,7 +260,7 @@ class VllmScheduler:
 
     def decode_run_batch(self) -> tuple[StepBatch, int]:
         """The next decode run's first batch and the context tokens each later step adds."""
-        return _decode_run.decode_run_batch(self)
+        return decode_run_batch(self.running)
 
     def kv_cache_usage_after(self, num_steps: int) -> float:
         """KV usage once the next `num_steps` decode-run steps are scheduled, without applying them."""
