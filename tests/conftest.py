@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+DATA = REPO / "tests" / "data"
+"""Inputs the tests read (traces, engine captures, calibration): all inside the repository."""
 
 
 @pytest.fixture

@@ -151,8 +151,8 @@ def _workload_table(w: object, rows: list[dict], cfg: object) -> str:
 
 
 def _rel(arg: str) -> str:
-    """Paths in the doc relative to the repository (shared/ sits beside it)."""
-    return arg.replace(str(REPO.parent) + "/", "../") if arg.startswith("/") else arg
+    """Paths in the doc relative to the repository root."""
+    return arg.removeprefix(str(REPO) + "/")
 
 
 def quality_text(command: str, where: str, tables: str, cfg: object, args: argparse.Namespace) -> str:

@@ -40,7 +40,7 @@ WORKLOADS = (
     Workload("mooncake", ("--trace", "tests/data/traces/mooncake_conversation.first60s.jsonl", "--duration", "10")),
     Workload("agents", ("--synthetic", "agents:sessions=16,turns=6,system=2000,output=64,think=8,stagger=0.5",
                         "--seed", "0")),
-    Workload("azure-conv", ("--trace", str(REPO.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.before1845.csv"),
+    Workload("azure-conv", ("--trace", "tests/data/traces/AzureLLMInferenceTrace_conv.before1845.csv",
                             "--duration", "10")),
 )
 

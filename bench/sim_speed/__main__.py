@@ -26,7 +26,7 @@ from sim.build import EngineSpec, job_factory, replica_factory
 from sim.fleet import FleetSim
 
 REPO = Path(__file__).resolve().parents[2]
-TRACE = REPO / ".." / "shared" / "traces" / "AzureLLMInferenceTrace_conv.before1845.csv"
+TRACE = REPO / "tests" / "data" / "traces" / "AzureLLMInferenceTrace_conv.before1845.csv"
 GOAL_S = 60.0
 """The goal: 100,000 requests in under a minute on one core."""
 

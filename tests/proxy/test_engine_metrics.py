@@ -3,9 +3,9 @@
 from pathlib import Path
 
 from proxy.engine_metrics import parse_engine_metrics
-from tests.conftest import SHARED
+from tests.conftest import DATA
 
-REAL = SHARED / "real-engines"
+REAL = DATA / "real-engines"
 
 
 def page(rel: str) -> str:

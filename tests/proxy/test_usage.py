@@ -1,7 +1,7 @@
 from proxy.usage import Usage, drop_usage_events, usage_from_json, usage_from_sse_tail
-from tests.conftest import SHARED
+from tests.conftest import DATA
 
-REAL = SHARED / "real-engines"
+REAL = DATA / "real-engines"
 
 
 def _body(rel: str) -> bytes:

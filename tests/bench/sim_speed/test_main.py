@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.sim_speed.__main__ import TRACE, main
+from bench.sim_speed.__main__ import main
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason="needs the shared Azure trace")
 def test_small_run_reports_every_request_and_writes_json(tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "speed.json"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from fake_engines.llamacpp.metrics import LlamaCounters, format_value, render_metrics
-from tests.conftest import SHARED
+from tests.conftest import DATA
 
-CAPTURE = SHARED / "real-engines" / "llama.cpp" / "034_metrics_after_basic_requests.http"
+CAPTURE = DATA / "real-engines" / "llama.cpp" / "034_metrics_after_basic_requests.http"
 
 
 def _families(text: str) -> list[tuple[str, str, str]]:

@@ -14,11 +14,11 @@ import pytest
 
 from fake_engines.llamacpp.config import LlamaServerConfig
 from fake_engines.llamacpp.server import start_llama
-from tests.conftest import SHARED
+from tests.conftest import DATA
 from tests.fake_engines.engine_thread import EngineThread
 from tests.fake_engines.scrape import fetch_text, value
 
-CAPTURES = SHARED / "real-engines" / "llama.cpp"
+CAPTURES = DATA / "real-engines" / "llama.cpp"
 MODEL = "llama-3.1-8b-Q4_K_M.gguf"
 
 

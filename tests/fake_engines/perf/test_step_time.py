@@ -15,9 +15,9 @@ from fake_engines.perf.step_time import (
     step_breakdown,
     step_time_s,
 )
-from tests.conftest import SHARED
+from tests.conftest import DATA
 
-CALIBRATION = SHARED / "calibration" / "h200-llama-3.1-8b.json"
+CALIBRATION = DATA / "calibration" / "h200-llama-3.1-8b.json"
 CAT = load_catalogue()
 H200, H100 = CAT.gpu("h200"), CAT.gpu("h100")
 LLAMA_8B, LLAMA_70B = CAT.model("llama-3.1-8b"), CAT.model("llama-3.1-70b")

@@ -8,10 +8,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fake_engines.vllm.metrics import FinishedRecord, StepRecord, VllmMetrics, build_1_2_5_buckets
-from tests.conftest import SHARED
+from tests.conftest import DATA
 
-CAPTURE = SHARED / "real-engines" / "vllm" / "029_metrics_after_basic_requests.http"
-LORA_CAPTURE = SHARED / "real-engines" / "vllm" / "lora" / "019_metrics_final.http"
+CAPTURE = DATA / "real-engines" / "vllm" / "029_metrics_after_basic_requests.http"
+LORA_CAPTURE = DATA / "real-engines" / "vllm" / "lora" / "019_metrics_final.http"
 
 
 def _families(text: str) -> dict[str, tuple[str, set[str], tuple[str, ...]]]:

@@ -12,11 +12,11 @@ import pytest
 
 from fake_engines.vllm.config import VllmServeConfig
 from fake_engines.vllm.server import start_vllm
-from tests.conftest import SHARED
+from tests.conftest import DATA
 from tests.fake_engines.engine_thread import EngineThread
 from tests.fake_engines.scrape import fetch_text, value
 
-CAPTURES = SHARED / "real-engines" / "vllm"
+CAPTURES = DATA / "real-engines" / "vllm"
 
 
 @pytest.fixture(scope="module")

@@ -1,15 +1,14 @@
 import pytest
 
 from loadgen.readers import TraceFormatError, azure
-from tests.conftest import REPO, SHARED
+from tests.conftest import REPO
 
-TRACES = SHARED / "traces"
 DATA = REPO / "tests" / "data" / "traces"
 
 
 def test_reads_both_shared_azure_files_with_their_published_stats():
-    code = list(azure.read(TRACES / "AzureLLMInferenceTrace_code.before1845.csv"))
-    conv = list(azure.read(TRACES / "AzureLLMInferenceTrace_conv.before1845.csv"))
+    code = list(azure.read(DATA / "AzureLLMInferenceTrace_code.before1845.csv"))
+    conv = list(azure.read(DATA / "AzureLLMInferenceTrace_conv.before1845.csv"))
     assert (len(code), len(conv)) == (5100, 9754)
     assert round(sum(r.output_length for r in code) / len(code)) == 27
     assert round(sum(r.input_length for r in conv) / len(conv)) == 1238

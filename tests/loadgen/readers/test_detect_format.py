@@ -3,7 +3,7 @@ import gzip
 import pytest
 
 from loadgen.readers import TraceFormatError, detect_format, read_trace
-from tests.conftest import REPO, SHARED
+from tests.conftest import REPO
 
 DATA = REPO / "tests" / "data" / "traces"
 
@@ -15,7 +15,7 @@ DATA = REPO / "tests" / "data" / "traces"
     ("AzureLLMInferenceTrace_conv.before1845.csv", "azure"),
 ])
 def test_each_shared_sample_is_recognised_from_its_first_line(name, fmt):
-    assert detect_format(SHARED / "traces" / name) == fmt
+    assert detect_format(DATA / name) == fmt
 
 
 def test_flotilla_jsonl_is_recognised():

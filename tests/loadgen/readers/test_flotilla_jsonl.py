@@ -4,7 +4,7 @@ import pytest
 
 from loadgen.readers import TraceFormatError, flotilla_jsonl, read_trace
 from loadgen.trace import TraceRequest
-from tests.conftest import REPO, SHARED
+from tests.conftest import REPO
 
 DATA = REPO / "tests" / "data" / "traces"
 
@@ -18,7 +18,7 @@ def test_converting_mooncake_keeps_every_field_through_a_round_trip(tmp_path):
 
 
 def test_converting_azure_keeps_seconds_and_lengths(tmp_path):
-    source = list(read_trace(SHARED / "traces" / "AzureLLMInferenceTrace_conv.before1845.csv"))
+    source = list(read_trace(DATA / "AzureLLMInferenceTrace_conv.before1845.csv"))
     buf = io.StringIO()
     flotilla_jsonl.write(source, buf)
     out = tmp_path / "conv.jsonl"

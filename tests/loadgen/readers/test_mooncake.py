@@ -1,14 +1,13 @@
 from collections import Counter
 
 from loadgen.readers import mooncake
-from tests.conftest import REPO, SHARED
+from tests.conftest import REPO
 
-TRACES = SHARED / "traces"
 DATA = REPO / "tests" / "data" / "traces"
 
 
 def test_reads_the_whole_shared_conversation_slice_with_its_published_stats():
-    reqs = list(mooncake.read(TRACES / "mooncake_conversation_trace.first30min.jsonl"))
+    reqs = list(mooncake.read(DATA / "mooncake_conversation_trace.first30min.jsonl"))
     assert len(reqs) == 5719
     assert reqs[-1].timestamp_s == 1797.0
     assert round(sum(r.input_length for r in reqs) / len(reqs)) == 12870
@@ -17,7 +16,7 @@ def test_reads_the_whole_shared_conversation_slice_with_its_published_stats():
 
 
 def test_hash_ids_cover_input_length_in_512_token_blocks():
-    for req in mooncake.read(TRACES / "mooncake_synthetic_trace.first510s.jsonl"):
+    for req in mooncake.read(DATA / "mooncake_synthetic_trace.first510s.jsonl"):
         assert len(req.hash_ids) == -(-req.input_length // 512)
 
 

@@ -1,0 +1,109 @@
+"""Nothing in the repository reads outside it: a fresh clone, alone in an empty folder, runs its tests,
+benchmarks and demo. Inputs live under tests/data/ (traces, engine captures, calibration)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+CODE_SUFFIXES = {".py", ".sh", ".yaml", ".yml", ".toml", ".cfg", ".ini"}
+CODE_NAMES = {"Makefile", "Dockerfile"}
+SKIP_DIRS = {".git", ".venv", "__pycache__", "build", "dist", ".peers", ".pytest_cache", ".ruff_cache"}
+
+ESCAPES = (
+    (re.compile(r"(?:^|[\s\"'=(:,])\.\./"), "a relative path climbing out with ../"),
+    (re.compile(r"/\s*[\"']\.\.[\"']|Path\([\"']\.\.[\"']\)|\bos\.pardir\b"), "a '..' path component"),
+    (re.compile(r"\b(?:REPO|REPO_ROOT|ROOT|repo|repo_root)\.parent\b"), "the parent of the repository root"),
+    (re.compile(r"\.parent\s*/\s*[\"']shared[\"']|\bshared/(?:traces|calibration|real-engines|reference|seed)\b"),
+     "the shared folder beside the repository"),
+    (re.compile(r"(?<![\w.-])/work/"), "an absolute path of this workplace"),
+)
+"""What a line reaching outside the repository looks like, and why it does."""
+
+_FILE_CHAIN = re.compile(r"__file__\)*(?:\.resolve\(\)|\.absolute\(\))?(?P<chain>(?:\.parent\b(?!s)|\.parents\[\d+\])+)")
+_STEP = re.compile(r"\.parent\b(?!s)|\.parents\[(\d+)\]")
+
+
+def levels_up(line: str) -> int:
+    """How many folders above the file a `Path(__file__)...parent/parents[k]` or
+    `dirname(...dirname(__file__))` chain on this line goes (0 when it has none)."""
+    if "__file__" not in line:
+        return 0
+    up = line.count("dirname(")
+    for chain in _FILE_CHAIN.finditer(line):
+        steps = sum(int(m.group(1)) + 1 if m.group(1) else 1 for m in _STEP.finditer(chain.group("chain")))
+        up = max(up, steps)
+    return up
+
+
+def escapes(rel: Path, line: str) -> str | None:
+    """Why `line` of the file at `rel` (relative to the repository) reaches outside it, or None."""
+    if levels_up(line) > len(rel.parts):
+        return f"climbs {levels_up(line)} folders above {rel}, past the repository root"
+    return next((why for pattern, why in ESCAPES if pattern.search(line)), None)
+
+
+def code_files() -> list[Path]:
+    """Tracked and new (not ignored) code files, relative to the repository root."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                             capture_output=True, check=True, timeout=60).stdout.decode()
+        paths = [Path(p) for p in out.split("\0") if p]
+    except (OSError, subprocess.CalledProcessError):  # an export without .git: walk the tree instead
+        paths = [p.relative_to(REPO) for p in REPO.rglob("*") if p.is_file()
+                 and not SKIP_DIRS & set(p.relative_to(REPO).parts)]
+    return sorted(p for p in paths if (p.suffix in CODE_SUFFIXES or p.name in CODE_NAMES) and (REPO / p).is_file())
+
+
+def test_no_code_or_test_references_a_path_outside_the_repository() -> None:
+    this = Path(__file__).resolve().relative_to(REPO)
+    found = [f"{rel}:{n}: {why}: {line.strip()}"
+             for rel in code_files() if rel != this
+             for n, line in enumerate((REPO / rel).read_text(errors="replace").splitlines(), 1)
+             if (why := escapes(rel, line))]
+    assert not found, "\n".join(found)
+
+
+def test_the_inputs_the_tests_compare_against_are_in_the_repository() -> None:
+    data = REPO / "tests" / "data"
+    assert (data / "calibration" / "h200-llama-3.1-8b.json").is_file()
+    assert (data / "real-engines" / "vllm" / "029_metrics_after_basic_requests.http").is_file()
+    assert (data / "traces" / "AzureLLMInferenceTrace_conv.before1845.csv").is_file()
+    for folder in ("calibration", "real-engines", "traces"):
+        readme = (data / folder / "README.md").read_text()
+        assert "icence" in readme or "icense" in readme, f"tests/data/{folder}/README.md names no licence"
+
+
+@pytest.mark.parametrize("rel, line", [
+    ("tests/conftest.py", 'SHARED = REPO.parent / "shared"'),
+    ("bench/sim_speed/__main__.py", 'TRACE = REPO / ".." / "shared" / "traces" / "a.csv"'),
+    ("bench/peers/quality.py", '"--trace", "../shared/traces/a.csv",'),
+    ("bench/x/__main__.py", "ROOT = Path(__file__).resolve().parents[3]"),
+    ("tests/conftest.py", "REPO = Path(__file__).resolve().parent.parent.parent"),
+    ("tests/a/b.py", "HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))"),
+    ("tests/a/b.py", "REPO = Path(__file__).resolve().parents[2].parent"),
+    ("Makefile", "\tcp ../shared/calibration/x.json tests/data/"),
+    ("tests/a/b.py", 'CAPTURE = Path("/work/shared/real-engines/vllm/x.http")'),
+    ("tests/a/b.py", 'p = Path("..") / "elsewhere"'),
+])
+def test_each_way_out_of_the_repository_is_caught(rel: str, line: str) -> None:
+    assert escapes(Path(rel), line)
+
+
+@pytest.mark.parametrize("rel, line", [
+    ("bench/peers/launch.py", "REPO = Path(__file__).resolve().parents[2]"),
+    ("tests/conftest.py", "REPO = Path(__file__).resolve().parent.parent"),
+    ("deploy/grafana/build_dashboards.py", 'OUT = Path(__file__).resolve().parent / "dashboards"'),
+    ("bench/soak/__main__.py", "    args.out.parent.mkdir(parents=True, exist_ok=True)"),
+    ("proxy/fleetfile.py", "    return parse_up_fleet(Path(path).read_text(), Path(path).resolve().parent)"),
+    ("fake_engines/perf/experts.py", '    """experts 0..E/n-1 on device 0, the next block on device 1, ..."""'),
+    ("loadgen/synthetic.py", "            shared = (0,) if self.system_tokens else ()"),
+    ("flotilla/up_cmd.py", '        _say("stopping the fleet ...")'),
+])
+def test_paths_inside_the_repository_and_ordinary_text_pass(rel: str, line: str) -> None:
+    assert escapes(Path(rel), line) is None
