@@ -4,6 +4,12 @@ Each replica runs in its own process group (a new session), so a stop reaches ev
 engine command spawns, and nothing outlives `shutdown()`: SIGTERM to the group first (the
 engines drain and exit), SIGKILL once the grace period is over.
 
+Nor does a replica outlive the process that started it when that process dies without a stop
+(SIGKILL, a crash): on Linux each replica asks the kernel for SIGKILL when its parent dies
+(PR_SET_PDEATHSIG). The kernel ties that to the parent *thread*, so replicas must be started
+from a thread that lives as long as the process, as the event loop's main thread does. Other
+platforms have no such call: there only a stop, or the parent's own signal handlers, end them.
+
     actuator = LocalActuator(["fake-vllm", "serve", "llama-3.1-8b", "--time-scale", "0.05"])
     handle = await actuator.start_replica()   # ReplicaHandle(replica_id, url, pid)
     await actuator.stop_replica(handle.replica_id, grace_s=10)
@@ -14,13 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import functools
 import os
 import shlex
 import shutil
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +57,30 @@ def resolve_program(program: str) -> str:
     if found is None and os.sep not in program:
         found = shutil.which(program, path=str(Path(sys.executable).parent))
     return found or program
+
+
+PR_SET_PDEATHSIG = 1
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    return ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _die_with(parent: int) -> None:
+    """In the forked child, before exec: SIGKILL when `parent` dies, or now if it already did."""
+    prctl = _prctl()
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # it died between fork and prctl: nobody is left to stop us
+        os._exit(1)
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn that ties a child's life to this process (Linux); None elsewhere."""
+    return functools.partial(_die_with, os.getpid()) if _prctl() is not None else None
 
 
 @dataclass
@@ -87,7 +119,7 @@ class LocalActuator(Actuator):
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log_fd,
-                stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+                stderr=asyncio.subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent())
         except OSError as exc:
             raise ActuatorError(f"cannot start {shlex.join(argv)}: {exc}") from exc
         finally:

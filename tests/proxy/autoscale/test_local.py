@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from proxy.autoscale.local import LocalActuator, guess_flavor, resolve_program
 
@@ -76,8 +81,10 @@ async def test_a_started_replica_serves_on_its_own_port_and_a_stop_ends_it():
 async def test_shutdown_kills_helpers_and_replicas_that_ignore_sigterm():
     actuator = LocalActuator(STUBBORN_CMD)
     handles = [await actuator.start_replica() for _ in range(2)]
-    await asyncio.sleep(0.3)  # let the shells spawn their helpers
-    assert all(len(group_members(h.pid)) >= 3 for h in handles)
+    deadline = asyncio.get_running_loop().time() + 30
+    while not all(len(group_members(h.pid)) >= 3 for h in handles):  # the shells spawn their helpers
+        assert asyncio.get_running_loop().time() < deadline, [group_members(h.pid) for h in handles]
+        await asyncio.sleep(0.05)
     await actuator.shutdown(grace_s=0.5)
     for h in handles:
         assert await wait_members_gone(h.pid) == []
@@ -116,3 +123,53 @@ def test_flavor_follows_the_engine_program():
 def test_console_scripts_resolve_beside_the_interpreter_without_path(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     assert resolve_program("fake-vllm") == os.path.join(os.path.dirname(sys.executable), "fake-vllm")
+
+
+# A parent that starts a replica (sh exec-ing sleep, so the pid stays the same), says its pid,
+# then waits to be killed; LOOP picks asyncio's own loop or uvloop, which the proxy runs on.
+PARENT = textwrap.dedent("""
+    import asyncio, sys
+    from proxy.autoscale.local import LocalActuator
+
+    async def main():
+        handle = await LocalActuator(["sh", "-c", "exec sleep 300", "sh"]).start_replica()
+        print(handle.pid, flush=True)
+        await asyncio.sleep(300)
+
+    if sys.argv[1] == "uvloop":
+        import uvloop
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
+""")
+
+
+def alive(pid: int) -> bool:
+    """Running, neither gone nor a zombie waiting to be reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_replica_dies_with_the_process_that_started_it_even_on_sigkill(loop: str) -> None:
+    pytest.importorskip(loop)
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, loop], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[3])
+    replica = 0
+    try:
+        replica = int(parent.stdout.readline())
+        assert alive(replica)
+        parent.kill()  # no handler runs, no stop is sent: only the kernel can end the replica
+        parent.wait(30)
+        deadline = time.monotonic() + 30
+        while alive(replica) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(replica)
+    finally:
+        parent.kill()
+        parent.wait()
+        if replica and alive(replica):
+            os.kill(replica, signal.SIGKILL)
