@@ -19,8 +19,9 @@ from deploy.grafana.build_dashboards import DASHBOARDS
 from proxy.autoscale.local import free_port
 from proxy.supervisor import poll_status
 
-pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None or shutil.which("promtool") is None,
-                                reason="prometheus and promtool are installed by make test")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("prometheus") is None or shutil.which("promtool") is None,
+                                 reason="prometheus and promtool are installed by make test")]
 
 FLEET = """\
 engines:

@@ -75,6 +75,7 @@ def _run(*argv: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return proc
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.skipif(not _has_module("wheel") and not _has_module("setuptools.command.bdist_wheel"),
                     reason="building a wheel without build isolation needs `wheel` (or setuptools >= 70.1)")

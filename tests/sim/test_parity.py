@@ -19,6 +19,7 @@ def _within(live: float, sim: float, tolerance: float = 0.10) -> bool:
     return abs(live - sim) <= tolerance * abs(sim)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 async def test_live_and_simulated_two_minute_runs_agree_within_ten_percent(flotilla_fleet, flotilla_sim) -> None:
     simulated = await (await flotilla_sim(**FLEET)).replay(WORKLOAD, seed=3)

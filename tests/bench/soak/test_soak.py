@@ -8,6 +8,7 @@ from bench.soak.report import Bounds, over_bounds
 from bench.soak.run import SoakConfig, run_soak
 
 
+@pytest.mark.slow
 @pytest.mark.soak
 @pytest.mark.timeout(180)
 async def test_a_minute_of_faults_leaves_every_request_answered_and_no_figure_growing():
