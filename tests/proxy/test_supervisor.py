@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -16,16 +17,23 @@ from proxy.supervisor import descendants_of
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, uses prctl")
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def test_descendants_include_grandchildren() -> None:
     proc = subprocess.Popen(["sh", "-c", "sleep 30 & wait"])
     found: list[int] = []
     try:
-        for _ in range(100):
+        # The shell's child is a copy of the shell until it has exec'd sleep: wait for that.
+        deadline = time.monotonic() + 30
+        while not (found and _cmdline(found[0]).startswith(b"sleep")) and time.monotonic() < deadline:
+            time.sleep(0.02)
             found = descendants_of(proc.pid)
-            if found:
-                break
-            subprocess.run(["sleep", "0.05"])
-        assert len(found) == 1 and Path(f"/proc/{found[0]}/cmdline").read_bytes().startswith(b"sleep")
+        assert len(found) == 1 and _cmdline(found[0]).startswith(b"sleep"), found
     finally:
         for pid in found:
             os.kill(pid, signal.SIGKILL)
@@ -40,7 +48,9 @@ SCRIPT = textwrap.dedent("""
     # The shell starts a sleeper in a new session and exits: the sleeper is orphaned.
     subprocess.run(["sh", "-c", "setsid sleep 60 & echo $!"], stdout=open("pid", "w"), check=True)
     orphan = int(open("pid").read())
-    time.sleep(0.2)
+    deadline = time.monotonic() + 30  # reparenting is done by the shell's exit; poll all the same
+    while orphan not in descendants_of(os.getpid()) and time.monotonic() < deadline:
+        time.sleep(0.02)
     print("adopted", orphan in descendants_of(os.getpid()))
     kill_stragglers([], set())
     print("alive", os.path.exists(f"/proc/{orphan}"))
