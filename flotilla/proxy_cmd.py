@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -42,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="fleet YAML with backends (and policy); watched")
     parser.add_argument("--admin-token", default=os.environ.get("FLOTILLA_ADMIN_TOKEN"),
                         help="bearer token for /admin/*; default $FLOTILLA_ADMIN_TOKEN; unset disables it")
+    parser.add_argument("--instance-id", default=os.environ.get("FLOTILLA_INSTANCE_ID"),
+                        help="sent back in the x-flotilla-instance header of every response, so whoever "
+                             "started this proxy (flotilla up) knows it reads this one; "
+                             "default $FLOTILLA_INSTANCE_ID")
     parser.add_argument("--scrape-interval-s", type=float, default=0.25)
     parser.add_argument("--health-interval-s", type=float, default=1.0)
     parser.add_argument("--connect-timeout-s", type=float, default=5.0)
@@ -87,15 +92,22 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
     )
 
 
-async def serve(config: ProxyConfig, autoscale: AutoscaleConfig | None = None) -> None:
+INSTANCE_HEADER = "x-flotilla-instance"
+
+
+async def serve(config: ProxyConfig, autoscale: AutoscaleConfig | None = None,
+                instance_id: str | None = None) -> None:
     from proxy.app import start_proxy
 
-    extend = None
-    if autoscale is not None:
-        from proxy.autoscale.setup import attach
+    def extend(app: web.Application) -> None:
+        if autoscale is not None:
+            from proxy.autoscale.setup import attach
 
-        def extend(app: web.Application) -> None:
             attach(app, autoscale)
+        if instance_id:
+            async def stamp(_request: web.Request, response: web.StreamResponse) -> None:
+                response.headers[INSTANCE_HEADER] = instance_id
+            app.on_response_prepare.append(stamp)
     running = await start_proxy(config, extend=extend)
     print(f"flotilla proxy listening on {running.url} ({len(config.backends)} backends, "
           f"policy {config.policy})", flush=True)
@@ -142,6 +154,14 @@ def run(args: argparse.Namespace) -> int:
         print("flotilla proxy: give at least one --backend URL, --config fleet.yaml or --autoscale SPEC",
               file=sys.stderr)
         return 2
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(serve(config, autoscale))
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(serve(config, autoscale, args.instance_id))
+    except OSError as exc:
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+            print(f"flotilla proxy: cannot listen on {config.host}:{config.port}: {os.strerror(exc.errno)}",
+                  file=sys.stderr)
+        else:
+            print(f"flotilla proxy: cannot start: {exc}", file=sys.stderr)
+        return 1
     return 0

@@ -262,6 +262,10 @@ async def start_proxy(config: ProxyConfig, policy: RoutingPolicy | None = None,
                                 shutdown_timeout=config.limits.shutdown_grace_s)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port, backlog=1024, reuse_address=True)
-    await site.start()
+    try:
+        await site.start()
+    except OSError:  # the port is taken: stop what startup began (the autoscaler's replicas)
+        await runner.cleanup()
+        raise
     port = runner.addresses[0][1]
     return RunningProxy(app=app, runner=runner, host=config.host, port=port)

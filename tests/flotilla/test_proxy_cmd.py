@@ -2,6 +2,7 @@
 
 import asyncio
 import signal
+import socket
 import subprocess
 import sys
 
@@ -65,3 +66,32 @@ def test_bad_backend_flavor_names_the_field() -> None:
     out = subprocess.run([sys.executable, "-m", "flotilla", "proxy", "--backend", "sglang=http://127.0.0.1:1"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "flavor" in out.stderr
+
+
+def test_a_taken_port_is_a_one_line_error_naming_it() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "flotilla", "proxy", "--port", str(port),
+                              "--backend", "http://127.0.0.1:1"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert out.stderr == f"flotilla proxy: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+
+
+async def test_the_instance_id_comes_back_on_the_proxys_own_routes() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "flotilla", "proxy", "--port", "0", "--backend", "http://127.0.0.1:1",
+        "--instance-id", "run-42", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        url = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode().split()[4]
+        async with aiohttp.ClientSession() as s:
+            for path in ("/health", "/metrics", "/ready", "/no-such-route"):
+                async with s.get(url + path) as r:
+                    assert r.headers.get("x-flotilla-instance") == "run-42", (path, r.status)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
