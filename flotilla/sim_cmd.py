@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         runs = len(policies) * max(1, len(args.autoscale))
         results = compare(_workload(args, runs), _spec(args), args.replicas, policies, args.seed,
                           args.scrape_interval, slo, args.autoscale, args.cold_start)
-    except (ValueError, KeyError, FileNotFoundError) as exc:
+    except (ValueError, KeyError, OSError) as exc:  # a bad trace or flag: one line, no traceback
         print(f"flotilla sim: error: {exc}", file=sys.stderr)
         return 2
     if args.output:

@@ -25,7 +25,8 @@ class TraceRequest:
     prompt: str | None = None
     """Literal prompt text; when None the text is built from hash_ids or input_length."""
     session_id: str | None = None
-    """Conversation or agent session this request belongs to; None when unknown."""
+    """Conversation or agent session this request belongs to; None when unknown. An integer
+    given here is kept as its decimal string."""
     hash_ids: tuple[int, ...] = ()
     """Prefix-block ids: equal leading ids mean an equal prompt prefix of that many blocks."""
     block_tokens: int = MOONCAKE_BLOCK_TOKENS
@@ -48,6 +49,8 @@ class TraceRequest:
             raise ValueError(f"output_length must be >= 0, got {self.output_length}")
         if self.block_tokens <= 0:
             raise ValueError(f"block_tokens must be > 0, got {self.block_tokens}")
+        if isinstance(self.session_id, int):  # traces may number sessions: 0 and "0" are one session
+            object.__setattr__(self, "session_id", str(self.session_id))
 
     def to_json_dict(self) -> dict[str, Any]:
         """The Flotilla JSONL object: unset optional fields are left out."""

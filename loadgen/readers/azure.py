@@ -6,12 +6,12 @@ Header `TIMESTAMP,ContextTokens,GeneratedTokens`; TIMESTAMP is absolute wall-clo
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-from loadgen.readers._io import TraceFormatError, open_text
+from loadgen.readers import _fields as typed
+from loadgen.readers._io import TraceFormatError, csv_rows
 from loadgen.trace import TraceRequest
 
 NAME = "azure"
@@ -23,19 +23,25 @@ def sniff(first_line: str) -> bool:
     return all(col in first_line for col in COLUMNS)
 
 
+def _when(row: dict[str | None, str | None]) -> datetime:
+    cell = (row.get("TIMESTAMP") or "").strip()
+    try:
+        return datetime.fromisoformat(cell)
+    except ValueError:
+        raise ValueError(f'TIMESTAMP="{cell}": must be a date and time, e.g. 2023-11-16 18:15:46.6805900') from None
+
+
 def read(path: str | Path) -> Iterator[TraceRequest]:
     """Stream the requests of an Azure trace, one row at a time."""
-    with open_text(path) as fh:
-        rows = csv.DictReader(fh)
-        t0: datetime | None = None
-        for row in rows:
-            try:
-                when = datetime.fromisoformat(row["TIMESTAMP"])
-                t0 = when if t0 is None else t0
-                yield TraceRequest(
-                    timestamp_s=(when - t0).total_seconds(),
-                    input_length=int(row["ContextTokens"]),
-                    output_length=int(row["GeneratedTokens"]),
-                )
-            except (ValueError, KeyError, TypeError) as exc:
-                raise TraceFormatError(path, rows.line_num, f"bad Azure row: {exc!r}") from exc
+    t0: datetime | None = None
+    for line_no, row in csv_rows(path):
+        try:
+            when = _when(row)
+            t0 = when if t0 is None else t0
+            yield TraceRequest(
+                timestamp_s=(when - t0).total_seconds(),
+                input_length=typed.cell_count(row, "ContextTokens"),
+                output_length=typed.cell_count(row, "GeneratedTokens"),
+            )
+        except (ValueError, TypeError) as exc:
+            raise TraceFormatError(path, line_no, f"bad Azure row: {exc}") from None

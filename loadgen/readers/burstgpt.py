@@ -9,11 +9,11 @@ names the upstream service (ChatGPT, GPT-4), not a model the target serves, so i
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterator
 from pathlib import Path
 
-from loadgen.readers._io import TraceFormatError, open_text
+from loadgen.readers import _fields as typed
+from loadgen.readers._io import TraceFormatError, csv_rows
 from loadgen.trace import TraceRequest
 
 NAME = "burstgpt"
@@ -25,32 +25,29 @@ def sniff(first_line: str) -> bool:
     return all(col in first_line for col in COLUMNS)
 
 
-def _optional(row: dict[str, str], column: str) -> str | None:
+def _optional(row: dict[str | None, str | None], column: str) -> str | None:
     value = (row.get(column) or "").strip()
     return value or None
 
 
-def _request(row: dict[str, str]) -> TraceRequest:
+def _request(row: dict[str | None, str | None]) -> TraceRequest:
     session = _optional(row, "Session ID")
-    elapsed = _optional(row, "Elapsed time")
     extra = {key: value for key, value in (("burstgpt_model", _optional(row, "Model")),
                                             ("log_type", _optional(row, "Log Type"))) if value}
     return TraceRequest(
-        timestamp_s=float(row["Timestamp"]),
-        input_length=int(row["Request tokens"]),
-        output_length=int(row["Response tokens"]),
+        timestamp_s=typed.cell_number(row, "Timestamp"),
+        input_length=typed.cell_count(row, "Request tokens"),
+        output_length=typed.cell_count(row, "Response tokens"),
         session_id=session,
-        service_time_s=float(elapsed) if elapsed is not None else None,
+        service_time_s=typed.cell_number(row, "Elapsed time") if _optional(row, "Elapsed time") else None,
         extra=extra,
     )
 
 
 def read(path: str | Path) -> Iterator[TraceRequest]:
     """Stream the requests of a BurstGPT trace, one row at a time."""
-    with open_text(path) as fh:
-        rows = csv.DictReader(fh)
-        for row in rows:
-            try:
-                yield _request(row)
-            except (ValueError, KeyError, TypeError) as exc:
-                raise TraceFormatError(path, rows.line_num, f"bad BurstGPT row: {exc!r}") from exc
+    for line_no, row in csv_rows(path):
+        try:
+            yield _request(row)
+        except (ValueError, TypeError) as exc:
+            raise TraceFormatError(path, line_no, f"bad BurstGPT row: {exc}") from None

@@ -9,13 +9,14 @@ import dataclasses
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
+from loadgen.readers import _fields as typed
 from loadgen.readers._io import TraceFormatError, numbered_lines
 from loadgen.trace import TraceRequest
 
 NAME = "flotilla"
-_FIELDS = {f.name for f in dataclasses.fields(TraceRequest)}
+_FIELDS = {field.name for field in dataclasses.fields(TraceRequest)}
 
 
 def sniff(first_line: str) -> bool:
@@ -23,16 +24,25 @@ def sniff(first_line: str) -> bool:
     return first_line.startswith("{") and '"timestamp_s"' in first_line
 
 
-def parse_record(row: dict[str, Any]) -> TraceRequest:
-    """One JSON object to a `TraceRequest`; unknown keys are an error naming them."""
+# field -> check of its JSON value (loadgen/readers/_fields.py); timestamp_s and output_length are required
+_CHECKS = {"timestamp_s": typed.number, "output_length": typed.count, "input_length": typed.count,
+           "prompt": typed.text, "session_id": typed.session, "hash_ids": typed.id_list,
+           "block_tokens": typed.count, "lora": typed.text, "model": typed.text, "priority": typed.integer,
+           "service_time_s": typed.number, "extra": typed.mapping}
+
+
+def parse_record(row: object) -> TraceRequest:
+    """One JSON object to a `TraceRequest`; an unknown key or a value of the wrong type is an
+    error naming the field."""
+    if not isinstance(row, dict):
+        raise ValueError(f"must be a JSON object, not {type(row).__name__}")
     unknown = sorted(set(row) - _FIELDS)
     if unknown:
         raise ValueError(f"unknown field(s) {unknown}; known: {sorted(_FIELDS)}")
-    if "timestamp_s" not in row or "output_length" not in row:
-        raise ValueError("timestamp_s and output_length are required")
-    fields = dict(row)
-    fields["hash_ids"] = tuple(int(h) for h in row.get("hash_ids", ()))
-    fields["timestamp_s"] = float(row["timestamp_s"])
+    for name in ("timestamp_s", "output_length"):
+        typed.required(row, name)
+    # null is the same as absent: the field keeps its default
+    fields = {name: _CHECKS[name](value, name) for name, value in row.items() if value is not None}
     return TraceRequest(**fields)
 
 
@@ -41,8 +51,8 @@ def read(path: str | Path) -> Iterator[TraceRequest]:
     for line_no, line in numbered_lines(path):
         try:
             yield parse_record(json.loads(line))
-        except (ValueError, TypeError) as exc:
-            raise TraceFormatError(path, line_no, f"bad Flotilla record: {exc}") from exc
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise TraceFormatError(path, line_no, f"bad Flotilla record: {exc}") from None
 
 
 def write(requests: Iterable[TraceRequest], out: IO[str]) -> int:

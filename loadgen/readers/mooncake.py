@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
+from loadgen.readers import _fields as typed
 from loadgen.readers._io import TraceFormatError, numbered_lines
 from loadgen.trace import MOONCAKE_BLOCK_TOKENS, TraceRequest
 
@@ -23,13 +23,16 @@ def sniff(first_line: str) -> bool:
     return first_line.startswith("{") and '"timestamp"' in first_line and '"hash_ids"' in first_line
 
 
-def parse_record(row: dict[str, Any]) -> TraceRequest:
+def parse_record(row: object) -> TraceRequest:
     """One Mooncake JSON object to a `TraceRequest` (milliseconds become seconds)."""
+    if not isinstance(row, dict):
+        raise ValueError(f"must be a JSON object, not {type(row).__name__}")
+    hash_ids = row.get("hash_ids")
     return TraceRequest(
-        timestamp_s=row["timestamp"] / 1000.0,
-        input_length=int(row["input_length"]),
-        output_length=int(row["output_length"]),
-        hash_ids=tuple(int(h) for h in row.get("hash_ids", ())),
+        timestamp_s=typed.number(typed.required(row, "timestamp"), "timestamp") / 1000.0,
+        input_length=typed.count(typed.required(row, "input_length"), "input_length"),
+        output_length=typed.count(typed.required(row, "output_length"), "output_length"),
+        hash_ids=typed.id_list(hash_ids) if hash_ids is not None else (),
         block_tokens=MOONCAKE_BLOCK_TOKENS,
     )
 
@@ -39,5 +42,5 @@ def read(path: str | Path) -> Iterator[TraceRequest]:
     for line_no, line in numbered_lines(path):
         try:
             yield parse_record(json.loads(line))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise TraceFormatError(path, line_no, f"bad Mooncake record: {exc!r}") from exc
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise TraceFormatError(path, line_no, f"bad Mooncake record: {exc}") from None

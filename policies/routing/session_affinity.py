@@ -98,7 +98,8 @@ class SessionAffinity(RoutingPolicy):
 
     def session_key(self, request: RequestInfo) -> str | None:
         """The configured header wins over the key the proxy parsed (header or body `user`)."""
-        return session_key_from(request.headers, {}, self.config.header) or request.session_key
+        key = session_key_from(request.headers, {}, self.config.header) or request.session_key
+        return None if key is None else str(key)  # an integer id (from a trace) is its decimal string
 
     def home_of(self, backends: Sequence[BackendView], key: str) -> BackendView | None:
         """The key's home among `backends`; None when `sticky` has no live pin for it."""

@@ -84,3 +84,16 @@ async def test_convert_with_jitter_smooths_the_mooncake_ticks_reproducibly(tmp_p
     times = [r.timestamp_s for r in read_trace(outs[0])]
     assert len(set(times)) == 162 and times == sorted(times)
     assert outs[0].read_text() == outs[1].read_text()
+
+
+async def test_a_bad_trace_line_is_one_line_naming_file_line_and_field(sse_server, tmp_path):
+    url, _ = sse_server
+    trace = tmp_path / "ints.jsonl"
+    trace.write_text('{"timestamp_s": 0, "session_id": 0, "input_length": 8, "output_length": 2}\n'
+                     '{"timestamp_s": 0.01, "session_id": [0], "input_length": 8, "output_length": 2}\n')
+    for args in (["--target", url, "--model", "m", "--trace", str(trace), "--quiet"],
+                 ["convert", str(trace), str(tmp_path / "out.jsonl")]):
+        rc, _, err = await _flotilla(*args)
+        assert rc == 2 and "Traceback" not in err and err.count("\n") == 1, err
+        assert err == f"flotilla loadgen: error: {trace}:2: bad Flotilla record: session_id=[0]: " \
+                      "must be a string or an integer\n"

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +83,41 @@ def test_a_quantisation_for_vllm_or_an_unknown_one_is_an_error(capsys: pytest.Ca
     assert main([*base, "--engine", "llamacpp", "--quant", "Q3_X"]) == 2
     err = capsys.readouterr().err
     assert "Q3_X" in err and "Traceback" not in err
+
+
+def _flotilla_sim(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "flotilla", "sim", *argv], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_integer_session_ids_run_and_each_session_goes_home(tmp_path: Path) -> None:
+    # issue 16: "session_id": 0 crashed with AttributeError 'int' object has no attribute 'lstrip'
+    trace = tmp_path / "ints.jsonl"
+    trace.write_text("".join(f'{{"timestamp_s": {i * 0.1}, "session_id": {i % 3}, "input_length": 16, '
+                             f'"output_length": 2, "service_time_s": 0.01}}\n' for i in range(9)))
+    out = _flotilla_sim("--trace", str(trace), "--engine", "fixed", "--replicas", "2",
+                        "--policy", "session-affinity:home=modulo", "--json")
+    assert out.returncode == 0, out.stderr
+    requests = json.loads(out.stdout)["runs"][0]["requests"]
+    assert [(r["session_id"], r["backend"]) for r in requests[:3]] == [("0", "0"), ("1", "1"), ("2", "0")]
+    assert all(r["ok"] and int(r["backend"]) == int(r["session_id"]) % 2 for r in requests)
+
+
+@pytest.mark.parametrize("body,cause", [
+    ('{"timestamp_s": 0, "session_id": 1.5, "input_length": 16, "output_length": 2}',
+     "session_id=1.5: must be a string or an integer"),
+    ('{"timestamp_s": 0, "input_length": "16", "output_length": 2}', 'input_length="16"'),
+    ('{"timestamp_s": 0, "input_length": 16, "output_length": 2', "bad Flotilla record"),
+])
+def test_a_bad_trace_line_is_one_line_naming_file_line_and_field(tmp_path: Path, body: str, cause: str) -> None:
+    trace = tmp_path / "bad.jsonl"
+    trace.write_text('{"timestamp_s": 0, "input_length": 16, "output_length": 2}\n' + body + "\n")
+    out = _flotilla_sim("--trace", str(trace), "--engine", "fixed", "--replicas", "2", "--format", "flotilla")
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert out.stderr.startswith(f"flotilla sim: error: {trace}:2: ") and cause in out.stderr
+
+
+def test_a_trace_that_is_a_directory_is_a_one_line_error(tmp_path: Path) -> None:
+    out = _flotilla_sim("--trace", str(tmp_path), "--engine", "fixed")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and str(tmp_path) in out.stderr

@@ -28,3 +28,17 @@ def test_a_bad_row_names_the_file_and_line(tmp_path):
     bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,12,x\n")
     with pytest.raises(TraceFormatError, match=r"bad.csv:2: bad Azure row"):
         list(azure.read(bad))
+
+
+@pytest.mark.parametrize("row,message", [
+    ("2023-11-16 18:17:03.9799600,12,x", 'GeneratedTokens="x": must be a non-negative integer'),
+    ("2023-11-16 18:17:03.9799600,-4,1", 'ContextTokens="-4": must be a non-negative integer'),
+    ("yesterday,12,1", 'TIMESTAMP="yesterday": must be a date and time'),
+    ("2023-11-16 18:17:03.9799600,12", "GeneratedTokens is missing"),
+])
+def test_a_cell_of_the_wrong_type_names_its_column(tmp_path, row, message):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + row + "\n")
+    with pytest.raises(TraceFormatError) as exc:
+        list(azure.read(bad))
+    assert str(exc.value).startswith(f"{bad}:2: bad Azure row: {message}")

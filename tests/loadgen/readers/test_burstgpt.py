@@ -1,4 +1,6 @@
-from loadgen.readers import burstgpt, detect_format
+import pytest
+
+from loadgen.readers import TraceFormatError, burstgpt, detect_format
 from tests.conftest import REPO
 
 DATA = REPO / "tests" / "data" / "traces"
@@ -25,3 +27,17 @@ def test_reads_session_id_and_elapsed_time_of_release_two():
 def test_both_headers_are_recognised_as_burstgpt():
     assert detect_format(DATA / "burstgpt.handwritten.csv") == "burstgpt"
     assert detect_format(DATA / "burstgpt.with_sessions.handwritten.csv") == "burstgpt"
+
+
+@pytest.mark.parametrize("row,message", [
+    ("1,ChatGPT,x,4,5,Conversation log", 'Request tokens="x": must be a non-negative integer'),
+    ("soon,ChatGPT,3,4,7,Conversation log", 'Timestamp="soon": must be a finite number'),
+    ("inf,ChatGPT,3,4,7,Conversation log", 'Timestamp="inf": must be a finite number'),
+])
+def test_a_cell_of_the_wrong_type_names_its_column_and_line(tmp_path, row, message):
+    bad = tmp_path / "burst.csv"
+    bad.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                   "0,ChatGPT,3,4,7,Conversation log\n" + row + "\n")
+    with pytest.raises(TraceFormatError) as exc:
+        list(burstgpt.read(bad))
+    assert str(exc.value) == f"{bad}:3: bad BurstGPT row: {message}"

@@ -1,6 +1,8 @@
 from collections import Counter
 
-from loadgen.readers import mooncake
+import pytest
+
+from loadgen.readers import TraceFormatError, mooncake
 from tests.conftest import REPO
 
 DATA = REPO / "tests" / "data" / "traces"
@@ -33,3 +35,20 @@ def test_synthetic_trace_timestamps_are_milliseconds():
     first = list(mooncake.read(DATA / "mooncake_synthetic.first40rows.jsonl"))[:3]
     assert [r.timestamp_s for r in first] == [0.0, 0.0, 0.04]
     assert (first[0].input_length, first[0].output_length) == (40160, 6)
+
+
+@pytest.mark.parametrize("line,message", [
+    ('{"timestamp": "0", "input_length": 5, "output_length": 3, "hash_ids": [0]}',
+     'timestamp="0": must be a finite number'),
+    ('{"timestamp": 0, "input_length": 5.5, "output_length": 3, "hash_ids": [0]}',
+     "input_length=5.5: must be a non-negative integer"),
+    ('{"timestamp": 0, "input_length": 5, "hash_ids": [0]}', "output_length is required"),
+    ('{"timestamp": 0, "input_length": 5, "output_length": 3, "hash_ids": [0, null]}',
+     "hash_ids[1]=null: must be an integer"),
+])
+def test_a_field_of_the_wrong_type_is_an_error_naming_file_line_and_field(tmp_path, line, message):
+    bad = tmp_path / "moon.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 5, "output_length": 3, "hash_ids": [0]}\n\n' + line + "\n")
+    with pytest.raises(TraceFormatError) as exc:
+        list(mooncake.read(bad))
+    assert str(exc.value) == f"{bad}:3: bad Mooncake record: {message}"

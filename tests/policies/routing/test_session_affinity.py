@@ -77,3 +77,14 @@ def test_sticky_places_a_new_session_on_the_least_loaded_and_keeps_it_there():
     policy.select(views(3), RequestInfo(session_key="c"))
     again = policy.select(views(3, in_flight=[0, 1, 1]), RequestInfo(session_key="a"))
     assert (again.index, again.rule) == (0, "new-session")
+
+
+def test_an_integer_session_key_finds_the_home_of_its_decimal_string():
+    # a trace's "session_id": 0 reached home_of as the int 0 and crashed on str.lstrip (issue 16)
+    for home in ("modulo", "ring", "sticky"):
+        policy = create_policy(f"session-affinity:home={home}")
+        backends = views(4, in_flight=[3, 0, 1, 2])
+        as_int = policy.select(backends, RequestInfo(session_key=6))
+        as_str = policy.select(backends, RequestInfo(session_key="6"))
+        assert as_int.index == as_str.index, home
+    assert decide("session-affinity:home=modulo", views(4), session_key=0) == (0, "home")
