@@ -11,7 +11,7 @@ import importlib.resources
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import yaml
 
@@ -78,6 +78,24 @@ class EngineGroup:
         for key in ("time_scale", "load_gbps"):
             if not getattr(self, key) > 0:
                 raise ConfigError(f"{where}.{key}", getattr(self, key), "must be > 0")
+        self._check_catalogue(where)
+
+    def _check_catalogue(self, where: str) -> None:
+        """The names the engines look up at start, looked up now, so none starts to fail."""
+        from fake_engines.llamacpp.model import QUANT_BITS
+        from fake_engines.perf.catalogue import load_catalogue
+
+        catalogue = load_catalogue()
+        if self.gpu.lower() not in catalogue.gpus:
+            raise ConfigError(f"{where}.gpu", self.gpu, f"is not in the catalogue ({', '.join(sorted(catalogue.gpus))})")
+        # fake-vllm also takes a path ending in a model name, or an explicit shape (--params ...)
+        names = {self.model.lower(), PurePath(self.model).name.lower()} if self.flavor == "vllm" else {self.model.lower()}
+        explicit = self.flavor == "vllm" and "--params" in self.args
+        if not explicit and not names & set(catalogue.models):
+            raise ConfigError(f"{where}.model", self.model,
+                              f"is not in the catalogue ({', '.join(sorted(catalogue.models))})")
+        if self.flavor == "llamacpp" and self.quant.upper() not in QUANT_BITS:
+            raise ConfigError(f"{where}.quant", self.quant, f"must be one of {', '.join(QUANT_BITS)}")
 
     def command(self, port: int, seed: int = 0, host: str = "127.0.0.1") -> list[str]:
         """The look-alike engine's command line for one replica listening on `port`."""
@@ -305,11 +323,21 @@ def parse_up_fleet(text: str, base: Path = Path(".")) -> UpFleet:
     _unique_names(engines)
     proxy = data.get("proxy") or {}
     policy = parse_fleet(yaml.safe_dump({"proxy": proxy})).policy if isinstance(proxy, dict) else None
+    _check_routing_policy(policy)
     fleet = UpFleet(engines=engines, port=_proxy_port(proxy), policy=policy or "least-outstanding",
                     autoscaler=_autoscaler(data["autoscaler"]) if data.get("autoscaler") else None,
                     demo=_demo(data.get("demo"), base))
     _check_scaled_group(fleet)
     return fleet
+
+
+def _check_routing_policy(spec: str | None) -> None:
+    from policies.routing.registry import create_policy
+
+    try:
+        create_policy(spec or "least-outstanding")
+    except ValueError as exc:  # an unknown name, key or value, each named by the registry
+        raise ConfigError("proxy.policy", spec, str(exc)) from None
 
 
 def _unique_names(engines: tuple[EngineGroup, ...]) -> None:

@@ -38,7 +38,7 @@ def test_llama_server_command_names_the_gguf_by_quant_and_serves_the_model_name(
 
 
 def test_replicas_default_the_ceiling_and_min_and_max_read_from_the_short_keys() -> None:
-    group = parse_up_fleet("engines:\n  - {flavor: vllm, model: m, replicas: 2, min: 0, max: 6}\n").engines[0]
+    group = parse_up_fleet("engines:\n  - {flavor: vllm, model: llama-3.2-1b, replicas: 2, min: 0, max: 6}\n").engines[0]
     assert (group.min_replicas, group.replicas, group.max_replicas) == (0, 2, 6)
     assert parse_up_fleet(ENGINE).engines[0].max_replicas == 1
 
@@ -52,29 +52,29 @@ def test_relative_demo_trace_resolves_against_the_fleet_files_folder(tmp_path: P
 
 
 def test_autoscaler_scales_the_group_whose_min_differs_from_max() -> None:
-    fleet = parse_up_fleet("engines:\n  - {flavor: llamacpp, model: m}\n"
-                           "  - {name: pool, flavor: vllm, model: m, min: 1, max: 3}\n"
+    fleet = parse_up_fleet("engines:\n  - {flavor: llamacpp, model: llama-3.2-1b}\n"
+                           "  - {name: pool, flavor: vllm, model: llama-3.2-1b, min: 1, max: 3}\n"
                            "autoscaler: {policy: 'seed:capacity_rps=4', interval_s: 2}\n")
     assert fleet.scaled_group().name == "pool"
     section = fleet.autoscaler.for_proxy(fleet.scaled_group())
     assert (section["policy"], section["interval_s"], section["min"], section["max"]) == ("seed:capacity_rps=4", 2, 1, 3)
-    assert section["engine_cmd"][3:5] == ["serve", "m"] and "--port" not in section["engine_cmd"]
+    assert section["engine_cmd"][3:5] == ["serve", "llama-3.2-1b"] and "--port" not in section["engine_cmd"]
     assert (section["flavor"], section["time_scale"]) == ("vllm", 1.0)
 
 
 @pytest.mark.parametrize(("text", "field"), [
     ("engines: []\n", "engines"),
-    ("engines:\n  - {model: m}\n", "engines[0].flavor"),
-    ("engines:\n  - {flavor: sglang, model: m}\n", "engines[0].flavor"),
-    (ENGINE + "  - {flavor: vllm, model: m, replicas: 0}\n", "engines[1].replicas"),
-    ("engines:\n  - {flavor: vllm, model: m, replicas: 3, max: 2}\n", "engines[0].replicas"),
-    ("engines:\n  - {flavor: vllm, model: m, min: -1}\n", "engines[0].min"),
-    ("engines:\n  - {flavor: vllm, model: m, time_scale: 0}\n", "engines[0].time_scale"),
-    ("engines:\n  - {flavor: vllm, model: m, tensor_parallel: two}\n", "engines[0].tensor_parallel"),
-    ("engines:\n  - {flavor: vllm, model: m, args: --foo}\n", "engines[0].args"),
-    ("engines:\n  - {flavor: vllm, model: m, gpus: 2}\n", "engines[0].gpus"),
-    ("engines:\n  - {flavor: vllm, model: m}\n  - {flavor: vllm, model: m, name: vllm-0}\n", "engines[1].name"),
-    ("engines:\n  - {flavor: vllm, model: m, name: proxy}\n", "engines[0].name"),
+    ("engines:\n  - {model: llama-3.2-1b}\n", "engines[0].flavor"),
+    ("engines:\n  - {flavor: sglang, model: llama-3.2-1b}\n", "engines[0].flavor"),
+    (ENGINE + "  - {flavor: vllm, model: llama-3.2-1b, replicas: 0}\n", "engines[1].replicas"),
+    ("engines:\n  - {flavor: vllm, model: llama-3.2-1b, replicas: 3, max: 2}\n", "engines[0].replicas"),
+    ("engines:\n  - {flavor: vllm, model: llama-3.2-1b, min: -1}\n", "engines[0].min"),
+    ("engines:\n  - {flavor: vllm, model: llama-3.2-1b, time_scale: 0}\n", "engines[0].time_scale"),
+    ("engines:\n  - {flavor: vllm, model: llama-3.2-1b, tensor_parallel: two}\n", "engines[0].tensor_parallel"),
+    ("engines:\n  - {flavor: vllm, model: llama-3.2-1b, args: --foo}\n", "engines[0].args"),
+    ("engines:\n  - {flavor: vllm, model: llama-3.2-1b, gpus: 2}\n", "engines[0].gpus"),
+    ("engines:\n  - {flavor: vllm, model: llama-3.2-1b}\n  - {flavor: vllm, model: llama-3.2-1b, name: vllm-0}\n", "engines[1].name"),
+    ("engines:\n  - {flavor: vllm, model: llama-3.2-1b, name: proxy}\n", "engines[0].name"),
     (ENGINE + "proxy: {port: 70000}\n", "proxy.port"),
     (ENGINE + "proxy: {backends: [{url: 'ftp://x'}]}\n", "url"),
     (ENGINE + "autoscaler: {actuator: docker}\n", "autoscaler.actuator"),
@@ -87,6 +87,12 @@ def test_autoscaler_scales_the_group_whose_min_differs_from_max() -> None:
     (ENGINE + "demo: {speedup: -1}\n", "demo.speedup"),
     (ENGINE + "demo: {max_requests: 0}\n", "demo.max_requests"),
     (ENGINE + "router: {}\n", "router"),
+    ("engines:\n  - {flavor: vllm, model: llama-9b}\n", "engines[0].model"),
+    ("engines:\n  - {flavor: llamacpp, model: llama-9b}\n", "engines[0].model"),
+    ("engines:\n  - {flavor: vllm, model: llama-3.1-8b, gpu: tpu}\n", "engines[0].gpu"),
+    ("engines:\n  - {flavor: llamacpp, model: llama-3.1-8b, quant: Q9}\n", "engines[0].quant"),
+    (ENGINE + "proxy: {policy: no-such-policy}\n", "proxy.policy"),
+    (ENGINE + "proxy: {policy: 'round-robin:colour=red'}\n", "proxy.policy"),
     ("- just a list\n", "fleet"),
     ("engines: [\n", "fleet"),
 ])
@@ -94,3 +100,14 @@ def test_invalid_values_name_the_field(text: str, field: str) -> None:
     with pytest.raises(ConfigError) as err:
         parse_up_fleet(text)
     assert err.value.field == field
+
+
+def test_a_model_path_or_an_explicit_shape_passes_the_catalogue_check_as_fake_vllm_reads_it() -> None:
+    fleet = parse_up_fleet("engines:\n  - {flavor: vllm, model: /models/Llama-3.1-8B}\n"
+                           "  - {flavor: vllm, model: my-model, args: [--params, 1e9, --layers, 8, --kv-heads, 2]}\n")
+    assert [g.model for g in fleet.engines] == ["/models/Llama-3.1-8B", "my-model"]
+
+
+def test_a_catalogue_error_lists_the_valid_names() -> None:
+    with pytest.raises(ConfigError, match=r"engines\[0\]\.gpu='tpu': is not in the catalogue \(.*h100.*\)"):
+        parse_up_fleet("engines:\n  - {flavor: vllm, model: llama-3.1-8b, gpu: tpu}\n")
