@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from fake_engines.llamacpp.server import start_llama
 from fake_engines.vllm.config import VllmServeConfig
 from fake_engines.vllm.server import start_vllm
 from tests.conftest import REPO
+from tests.waiting import wait_until
 
 BODY = {"model": "m", "prompt": "hello there", "max_tokens": 8, "ignore_eos": True}
 
@@ -56,6 +56,27 @@ async def engine():
 async def _post(session: aiohttp.ClientSession, url: str, body: dict, timeout_s: float = 10.0) -> tuple[int, str]:
     async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
         return resp.status, await resp.text()
+
+
+async def _refuses(base: str) -> bool:
+    """Whether the engine's port refuses connections (it exited, or refuses on purpose)."""
+    async with aiohttp.ClientSession() as s:
+        try:
+            await _post(s, base + "/health", {})
+        except aiohttp.ClientConnectorError:
+            return True
+        except aiohttp.ClientError:  # still shutting down: connected, then cut
+            return False
+    return False
+
+
+async def _serves(base: str) -> bool:
+    """Whether a completion is answered 200."""
+    async with aiohttp.ClientSession() as s:
+        try:
+            return (await _post(s, base + "/v1/completions", BODY))[0] == 200
+        except aiohttp.ClientError:
+            return False
 
 
 @pytest.mark.parametrize("kind", ["vllm", "llama"])
@@ -133,20 +154,14 @@ async def test_exit_after_requests_serves_n_then_drops_and_refuses(engine, kind)
         assert (await _post(s, base + "/v1/completions", BODY))[0] == 200
         with pytest.raises(aiohttp.ClientError):
             await _post(s, base + "/v1/completions", BODY)
-    await asyncio.sleep(0.05)
-    async with aiohttp.ClientSession() as s:
-        with pytest.raises(aiohttp.ClientConnectorError):
-            await _post(s, base + "/health", {})
+    await wait_until(lambda: _refuses(base), what="the engine's port closed after its last request")
 
 
 async def test_exit_at_time_crashes_the_engine(engine):
     base = await engine("llama", FaultConfig(exit_at_s=0.2))
     async with aiohttp.ClientSession() as s:
         assert (await _post(s, base + "/v1/completions", BODY))[0] == 200
-    await asyncio.sleep(0.4)
-    async with aiohttp.ClientSession() as s:
-        with pytest.raises(aiohttp.ClientConnectorError):
-            await _post(s, base + "/v1/completions", BODY)
+    await wait_until(lambda: _refuses(base), what="the engine exited at its exit time")
 
 
 @pytest.mark.parametrize("kind", ["vllm", "llama"])
@@ -184,9 +199,7 @@ async def test_refuse_closes_the_port_then_listens_again(engine, kind):
     async with aiohttp.ClientSession() as s:
         with pytest.raises(aiohttp.ClientConnectorError):
             await _post(s, base + "/v1/completions", BODY)
-    await asyncio.sleep(0.6)
-    async with aiohttp.ClientSession() as s:
-        assert (await _post(s, base + "/v1/completions", BODY))[0] == 200
+    await wait_until(lambda: _serves(base), what="the engine listening again after refusing for 0.3 s")
 
 
 async def test_slow_start_factor_lengthens_the_cold_start():

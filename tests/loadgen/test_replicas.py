@@ -5,6 +5,7 @@ import aiohttp
 from aiohttp import web
 
 from loadgen.replicas import poll_replicas, ready_replicas
+from tests.waiting import wait_until
 
 EXPOSITION = """\
 # HELP flotilla_backend_state 1 for the state each backend is in
@@ -34,7 +35,7 @@ async def test_polling_records_the_count_over_time(aiohttp_server):
     async with aiohttp.ClientSession() as session:
         task = asyncio.create_task(poll_replicas(session, f"http://127.0.0.1:{server.port}/metrics",
                                                  lambda: time.perf_counter() - start, 0.05, samples))
-        await asyncio.sleep(0.3)
+        await wait_until(lambda: len(samples) >= 3, what="three polls recorded")
         task.cancel()
     assert len(samples) >= 3 and all(n == 2 for _, n in samples)
     assert [t for t, _ in samples] == sorted(t for t, _ in samples)

@@ -8,6 +8,7 @@ import pytest
 
 from fake_engines.core import EngineRequest, VllmScheduler, VllmSchedulerConfig
 from fake_engines.driver.live import LiveDriver, RequestHandle, StepReport
+from tests.waiting import wait_until
 
 STEP_S = 0.02
 
@@ -84,7 +85,9 @@ async def test_pipeline_parallel_core_keeps_two_steps_in_flight_and_finishes():
     driver = LiveDriver(core, lambda batch: STEP_S, time_scale=0.05, observer=recorder)
     driver.start()
     handles = [driver.submit(_request("r0", 4))]
-    await asyncio.sleep(0)  # the first step is launched; the next request gets its own batch
+    # once the first step is launched the next request gets its own batch; poll by yielding only, as
+    # a step lasts 1 ms here and a timed poll could see r0 finish before r1 is sent
+    await wait_until(lambda: handles[0].times.scheduled_s is not None, poll_s=0, what="r0's first step launched")
     handles.append(driver.submit(_request("r1", 4)))
     await asyncio.wait_for(driver.drain(), 10)
     await driver.stop()

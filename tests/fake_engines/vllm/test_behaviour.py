@@ -12,6 +12,7 @@ from fake_engines.vllm.config import VllmServeConfig
 from fake_engines.vllm.engine import ModelDoesNotFit
 from fake_engines.vllm.server import start_vllm
 from tests.fake_engines.scrape import samples, value
+from tests.waiting import wait_until
 
 
 def _config(**overrides) -> VllmServeConfig:
@@ -56,15 +57,16 @@ async def test_300_concurrent_requests_with_256_seqs_leave_44_waiting(served):
     base = await served(_config(max_num_seqs=256, time_scale=1.0))
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         tasks = [asyncio.create_task(_complete(session, base, f"request {i:04d} " * 4, 256)) for i in range(300)]
-        seen = None
-        for _ in range(400):
+
+        async def settled() -> tuple[float, float, float] | None:
             text = await _metrics(session, base)
             _check_gauge_invariants(text, 256)
             running, waiting = value(text, "vllm:num_requests_running"), value(text, "vllm:num_requests_waiting")
             if running + waiting == 300 and running == 256:  # every request arrived and admission settled
-                seen = (running, waiting, value(text, "vllm:num_requests_waiting_by_reason", reason="capacity"))
-                break
-            await asyncio.sleep(0.005)
+                return running, waiting, value(text, "vllm:num_requests_waiting_by_reason", reason="capacity")
+            return None
+
+        seen = await wait_until(settled, poll_s=0.005, what="all 300 requests arrived and admission settled")
         await asyncio.gather(*tasks)
         text = await _metrics(session, base)
     assert seen == (256, 44, 44)
@@ -111,14 +113,13 @@ async def test_client_disconnect_aborts_counts_tokens_and_no_success(served):
             if events == 20:
                 break
         resp.close()  # drop the connection mid-stream
-        loop = asyncio.get_running_loop()
-        closed_at = loop.time()
-        while True:
+
+        async def idle() -> str | None:
             text = await _metrics(session, base)
-            if value(text, "vllm:num_requests_running") == 0:
-                break
-            assert loop.time() - closed_at < 1.0
-            await asyncio.sleep(0.02)
+            return text if value(text, "vllm:num_requests_running") == 0 else None
+
+        # the request would run 2,000 tokens; fewer generated (below) proves it was aborted early
+        text = await wait_until(idle, what="the request aborted after the client left")
     generated = value(text, "vllm:generation_tokens_total")
     assert 20 <= generated < 2000
     assert value(text, "vllm:request_success_total") == 0
@@ -135,7 +136,7 @@ async def test_mixed_lora_traffic_shares_steps_up_to_max_loras(served, tmp_path)
         while not all(t.done() for t in tasks):
             text = await _metrics(session, base)
             combos |= {lab["running_lora_adapters"] for n, lab, _ in samples(text) if n == "vllm:lora_requests_info"}
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # sampling interval while the requests run, not a wait
         results = [t.result() for t in tasks]
         text = await _metrics(session, base)
     assert "lora-a,lora-b" in combos
@@ -204,7 +205,7 @@ async def test_data_parallel_engines_share_the_load_and_label_their_series(serve
         while not all(t.done() for t in tasks):
             text = await _metrics(session, base)
             busy |= {e for e in ("0", "1") if value(text, "vllm:num_requests_running", engine=e) == 2}
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # sampling interval while the requests run, not a wait
         await asyncio.gather(*tasks)
         text = await _metrics(session, base)
     assert busy == {"0", "1"}
@@ -218,11 +219,25 @@ async def test_sigterm_drain_finishes_in_flight_requests_and_refuses_new_connect
     base = f"http://127.0.0.1:{running.port}"
     async with aiohttp.ClientSession() as session:
         in_flight = asyncio.create_task(_complete(session, base, "hello " * 4, 200))
-        await asyncio.sleep(0.05)
+        await wait_until(lambda: _running_one(session, base), what="the request in flight")
         draining = asyncio.create_task(running.drain_and_close())
-        await asyncio.sleep(0.05)
-        with pytest.raises(ConnectionRefusedError):
-            await asyncio.open_connection("127.0.0.1", running.port)
+        await wait_until(lambda: _refuses(running.port), what="the listener closed on drain")
         result = await in_flight
         await draining
     assert result["usage"]["completion_tokens"] == 200
+
+
+async def _running_one(session: aiohttp.ClientSession, base: str) -> bool:
+    return value(await _metrics(session, base), "vllm:num_requests_running") == 1
+
+
+async def _refuses(port: int) -> bool:
+    """Whether a new connection to the port is refused."""
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except ConnectionRefusedError:
+        return True
+    except ConnectionResetError:  # caught in the backlog of a listener being closed: not refused yet
+        return False
+    writer.close()
+    return False
