@@ -21,6 +21,10 @@ TTFT, TPOT, ITL, E2E, throughput and goodput (vLLM benchmark_serving definitions
   flotilla loadgen compare a.json b.json --plot compare.png
 
 Trace formats (recognised from the file, or --format): mooncake, azure, burstgpt, flotilla.
+
+Figures are in modelled time when the target's look-alike engines name their time scale (the
+x-flotilla-time-scale header, passed through the proxy): wall times / scale. A line above the
+table says which clock; --time-scale X and --wall-time choose one. --slo is judged in that clock.
 """
 
 
@@ -44,7 +48,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--replicas-metrics", metavar="URL",
                      help="router /metrics polled for ready replicas (default: TARGET/metrics)")
     out = parser.add_argument_group("results")
-    out.add_argument("--slo", help="goodput SLOs in seconds, e.g. ttft=0.5,tpot=0.05")
+    clock = out.add_mutually_exclusive_group()
+    clock.add_argument("--time-scale", type=float, metavar="X",
+                       help="report modelled time: wall times / X (default: the scale the target's "
+                            "look-alike engines name in x-flotilla-time-scale; wall time when they name none)")
+    clock.add_argument("--wall-time", action="store_true", help="report wall-clock times even for a time-scaled target")
+    out.add_argument("--slo", help="goodput SLOs in seconds of the reported time base, e.g. ttft=0.5,tpot=0.05")
     out.add_argument("--output", help="write the RunResult JSON here")
     out.add_argument("--plot", help="write latency CDFs and TTFT over time to this PNG")
     out.add_argument("--label", help="name of this run in tables and plots")
@@ -133,9 +142,12 @@ def _compare(args: argparse.Namespace) -> int:
 def _config(args: argparse.Namespace):  # -> RunnerConfig, imported lazily
     from loadgen.runner import RunnerConfig
     from loadgen.stats import parse_slo
+    from loadgen.timebase import check_scale
 
     if not args.target:
         raise ValueError("--target URL is required to replay")
+    if args.time_scale is not None:
+        check_scale(args.time_scale)  # fail before the run, not after it
     return RunnerConfig(
         target_url=args.target, model=args.model, endpoint=args.endpoint, speedup=args.speedup,
         max_requests=args.max_requests, duration_s=args.duration, concurrency=args.concurrency,
@@ -160,10 +172,14 @@ def _event_loop_runner():
 def _replay(args: argparse.Namespace) -> int:
     from loadgen.report import summary_table
     from loadgen.runner import OpenLoopRunner
+    from loadgen.timebase import SEEN_KEY, in_time_base, time_base
 
     cfg = _config(args)
     reqs = _workload(args)
-    result = _event_loop_runner()(OpenLoopRunner(cfg).run(reqs))
+    wall = _event_loop_runner()(OpenLoopRunner(cfg).run(reqs))
+    base = time_base(wall.meta.get(SEEN_KEY, {}), args.time_scale, args.wall_time)
+    result = in_time_base(wall, base)  # SLOs and goodput are judged in the base printed
+    print(base.note)
     print(summary_table(result))
     if args.output:
         result.save(args.output)

@@ -9,7 +9,7 @@ Token counts come from the final usage chunk (`stream_options.include_usage`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -97,16 +97,20 @@ async def _error_text(resp: aiohttp.ClientResponse) -> str:
 
 
 async def stream_request(session: aiohttp.ClientSession, url: str, payload: dict[str, Any],
-                         rec: RequestRecord, clock: Callable[[], float]) -> RequestRecord:
+                         rec: RequestRecord, clock: Callable[[], float],
+                         on_headers: Callable[[Mapping[str, str]], None] | None = None) -> RequestRecord:
     """POST `payload` to `url`, stream the reply and fill `rec`; never raises for HTTP errors.
 
     `rec.send_time_s` must already be set on the `clock`'s timeline relative to the run
-    start; the caller passes a clock that returns that same timeline.
+    start; the caller passes a clock that returns that same timeline. `on_headers` sees the
+    response headers as soon as they arrive.
     """
     sent_at = rec.send_time_s
     try:
         async with session.post(url, json=payload) as resp:
             rec.backend = resp.headers.get(BACKEND_HEADER)
+            if on_headers is not None:
+                on_headers(resp.headers)
             if resp.status != 200:
                 rec.error = await _error_text(resp)
                 rec.e2e_s = clock() - sent_at

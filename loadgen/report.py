@@ -60,9 +60,17 @@ def summary_table(result: RunResult) -> str:
     return f"{_table(['run', result.label], rows)}\n\n{latency_table(s)}"
 
 
+def _time_base(result: RunResult) -> str:
+    """`modelled (/0.05)`, `wall`, or `-` for a file that does not say (e.g. the simulator's)."""
+    base, scale = result.meta.get("time_base"), result.meta.get("time_scale")
+    return f"modelled (/{scale:g})" if base == "modelled" and scale else str(base or "-")
+
+
 def compare_table(results: Sequence[RunResult]) -> str:
     """Several runs side by side: one column per run, one row per figure."""
     rows = [[label] + [fmt(r.summary) for r in results] for label, fmt in _FIGURES]
+    if any("time_base" in r.meta for r in results):  # figures in different clocks do not compare
+        rows.insert(0, ["time base"] + [_time_base(r) for r in results])
     for label, name in _LATENCIES:
         for pct in ("p50", "p90", "p99"):
             rows.append([f"{label} {pct} (ms)"] + [_ms(getattr(getattr(r.summary, name), pct)) for r in results])

@@ -16,7 +16,7 @@ import gc
 import itertools
 import sys
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +29,7 @@ from loadgen.prompts import PromptBuilder
 from loadgen.replicas import poll_replicas
 from loadgen.results import RequestRecord, RunResult, Slo
 from loadgen.stats import summarize
+from loadgen.timebase import SEEN_KEY, TIME_SCALE_HEADER, count_scales
 from loadgen.trace import TraceRequest
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -166,6 +167,7 @@ class OpenLoopRunner:
         self._clock = clock
         self._start = clock()
         self._slots = asyncio.Semaphore(cfg.concurrency) if cfg.concurrency else None
+        self._time_scales: Counter[str | None] = Counter()  # header value -> successful responses
 
     def now_s(self) -> float:
         """Seconds since the run started."""
@@ -180,6 +182,7 @@ class OpenLoopRunner:
             model = self.cfg.model or await _default_model(session, self.cfg.target_url)
             replicas: list[tuple[float, int]] = []
             self._start = self._clock()  # time zero of the schedule and of every record
+            self._time_scales.clear()
             poller = self._start_poller(session, replicas)
             # objects from before the run (a loaded trace, earlier runs) leave the collector's
             # view: a full collection over them pauses every send for tens of milliseconds
@@ -191,8 +194,8 @@ class OpenLoopRunner:
                 if poller is not None:
                     poller.cancel()
         return RunResult(summary=summarize(records, self.cfg.slo), requests=records, replicas=replicas,
-                         meta={"target": self.cfg.target_url, "model": model,
-                               "speedup": self.cfg.speedup, **self.cfg.meta})
+                         meta={"target": self.cfg.target_url, "model": model, "speedup": self.cfg.speedup,
+                               SEEN_KEY: count_scales(self._time_scales), **self.cfg.meta})
 
     def _start_poller(self, session: aiohttp.ClientSession,
                       samples: list[tuple[float, int]]) -> asyncio.Task[None] | None:
@@ -226,11 +229,19 @@ class OpenLoopRunner:
     async def _one(self, session: aiohttp.ClientSession, url: str, payload: dict[str, Any],
                    rec: RequestRecord) -> RequestRecord:
         if self._slots is None:
-            rec.send_time_s = self.now_s()
-            return await stream_request(session, url, payload, rec, self.now_s)
+            return await self._send(session, url, payload, rec)
         async with self._slots:
-            rec.send_time_s = self.now_s()
-            return await stream_request(session, url, payload, rec, self.now_s)
+            return await self._send(session, url, payload, rec)
+
+    async def _send(self, session: aiohttp.ClientSession, url: str, payload: dict[str, Any],
+                    rec: RequestRecord) -> RequestRecord:
+        rec.send_time_s = self.now_s()
+        scale: list[str | None] = []
+        await stream_request(session, url, payload, rec, self.now_s,
+                             on_headers=lambda headers: scale.append(headers.get(TIME_SCALE_HEADER)))
+        if rec.ok:  # only engines stream tokens: a proxy's own error answer names no time scale
+            self._time_scales[scale[0] if scale else None] += 1
+        return rec
 
     def _bar_wanted(self) -> bool:
         return self.cfg.show_progress and sys.stderr.isatty()

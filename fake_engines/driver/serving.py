@@ -10,6 +10,10 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+TIME_SCALE_HEADER = "x-flotilla-time-scale"
+"""Response header of both look-alikes: wall seconds per modelled second (`--time-scale`), so a
+client can report modelled time. Real engines do not send it."""
+
 
 async def open_sse(request: web.Request, headers: dict[str, str]) -> web.StreamResponse:
     """Send the status line and headers of an event stream at once (first data comes at TTFT)."""

@@ -10,7 +10,7 @@ from aiohttp import web
 from fake_engines.core import OutputLengthSampler, SlotState, decode, encode
 from fake_engines.driver.chat import CHATML_TEMPLATE, chat_prompt
 from fake_engines.driver.live import LiveDriver
-from fake_engines.driver.serving import json_body
+from fake_engines.driver.serving import TIME_SCALE_HEADER, json_body
 from fake_engines.llamacpp import engine
 from fake_engines.llamacpp.config import BUILD_INFO, LlamaServerConfig
 from fake_engines.llamacpp.errors import LlamaError, loading, not_found, parse_json
@@ -112,6 +112,7 @@ async def _stop_driver(app: web.Application) -> None:
 async def _server_headers(request: web.Request, response: web.StreamResponse) -> None:
     response.headers["Server"] = "llama.cpp"
     response.headers["Access-Control-Allow-Origin"] = ""
+    response.headers[TIME_SCALE_HEADER] = repr(request.app[SERVER_KEY].config.time_scale)
 
 
 @web.middleware

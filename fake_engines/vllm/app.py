@@ -12,7 +12,7 @@ from aiohttp import web
 from fake_engines.core import OutputLengthSampler, decode, encode
 from fake_engines.driver.chat import chat_prompt
 from fake_engines.driver.live import LiveDriver
-from fake_engines.driver.serving import json_body
+from fake_engines.driver.serving import TIME_SCALE_HEADER, json_body
 from fake_engines.vllm import engine
 from fake_engines.vllm.config import VLLM_VERSION, VllmServeConfig
 from fake_engines.vllm.errors import VllmError, parse_json_body, validation_error
@@ -130,6 +130,7 @@ def create_app(config: VllmServeConfig, allow_runtime_lora: bool | None = None) 
 
 async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
     response.headers["server"] = "uvicorn"
+    response.headers[TIME_SCALE_HEADER] = repr(request.app[SERVER_KEY].config.time_scale)
 
 
 async def _start_driver(app: web.Application) -> None:

@@ -1,10 +1,19 @@
 import asyncio
 import json
+import random
+import re
+import statistics
 import sys
 
 import pytest
 
+from fake_engines.llamacpp.server import start_llama
+from fake_engines.vllm.server import start_vllm
+from flotilla.testing.engines import llama_config, vllm_config
+from flotilla.testing.spec import FleetSpec
 from loadgen.readers import read_trace
+from proxy.app import start_proxy
+from proxy.config import BackendSpec, HealthConfig, ProxyConfig
 from tests.conftest import REPO
 from tests.loadgen.sse_server import SseServerState, make_app
 
@@ -43,6 +52,9 @@ async def test_agents_replay_writes_results_table_and_plot_with_example_16_token
     assert {r["session_id"] for r in result["requests"]} == {f"agent-{i}" for i in range(6)}
     assert "TTFT (ms)" in stdout and "goodput (req/s)" in stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a target that names no time scale (a real engine, this test server) is reported as measured
+    assert stdout.splitlines()[0] == "times are wall-clock: the target named no time scale"
+    assert (result["meta"]["time_base"], result["meta"]["time_scale"]) == ("wall", None)
 
 
 async def test_convert_then_replay_the_converted_trace_gives_the_same_requests(tmp_path):
@@ -73,6 +85,11 @@ async def test_bad_input_is_an_error_message_not_a_traceback(tmp_path):
     assert rc == 2 and "--target URL is required" in err
     rc, _, err = await _flotilla("convert", str(tmp_path / "missing.jsonl"), str(tmp_path / "o.jsonl"))
     assert rc == 2 and "No such file" in err and "Traceback" not in err
+    rc, _, err = await _flotilla("--target", "http://127.0.0.1:9", "--synthetic", "agents:", "--time-scale", "0")
+    assert rc == 2 and "--time-scale must be a positive number, got 0" in err and "Traceback" not in err
+    rc, _, err = await _flotilla("--target", "http://127.0.0.1:9", "--synthetic", "agents:",
+                                 "--time-scale", "0.05", "--wall-time")
+    assert rc == 2 and "not allowed with argument" in err
 
 
 async def test_convert_with_jitter_smooths_the_mooncake_ticks_reproducibly(tmp_path):
@@ -97,3 +114,109 @@ async def test_a_bad_trace_line_is_one_line_naming_file_line_and_field(sse_serve
         assert rc == 2 and "Traceback" not in err and err.count("\n") == 1, err
         assert err == f"flotilla loadgen: error: {trace}:2: bad Flotilla record: session_id=[0]: " \
                       "must be a string or an integer\n"
+
+
+# ---- time base: modelled time learnt from the target, over real sockets ----
+
+QUICKSTART = "poisson:rate=5,duration=4,input=512,output=128"
+"""The quickstart's second-shell workload, four seconds of it."""
+
+
+class _Fleet:
+    """Look-alike engines of given flavors, GPUs and time scales behind an in-process proxy."""
+
+    def __init__(self) -> None:
+        self.engines: list = []
+        self.proxy = None
+
+    async def start(self, members: list[tuple[str, str, float]]) -> str:
+        backends = []
+        for index, (flavor, gpu, scale) in enumerate(members):
+            spec = FleetSpec(flavor=flavor, gpu=gpu, time_scale=scale)
+            start = start_vllm(vllm_config(spec, index), cold_start=False) if flavor == "vllm" else \
+                start_llama(llama_config(spec, index), cold_start=False)
+            self.engines.append(await start)
+            await self.engines[-1].wait_ready()
+            backends.append(BackendSpec(url=f"http://127.0.0.1:{self.engines[-1].port}", flavor=flavor,
+                                        models=(spec.served_model,)))
+        config = ProxyConfig(port=0, policy="round-robin", scrape_interval_s=0.05,
+                             health=HealthConfig(interval_s=0.5), backends=backends)
+        self.proxy = await start_proxy(config, rng=random.Random(0))
+        return str(self.proxy.url)
+
+    async def close(self) -> None:
+        if self.proxy is not None:
+            await self.proxy.close()
+        for engine in self.engines:
+            await engine.close()
+
+
+@pytest.fixture
+async def fleet():
+    made = _Fleet()
+    yield made
+    await made.close()
+
+
+def _table_p50_ms(stdout: str, label: str) -> float:
+    return float(re.search(rf"^{label} \(ms\) +[\d.]+ +([\d.]+)", stdout, re.MULTILINE).group(1))
+
+
+async def test_quickstart_loadgen_through_the_proxy_reports_modelled_time_and_says_so(fleet, tmp_path):
+    # the default fleet's shape: two H100 vLLM replicas and an RTX 4090 llama-server, all 20x faster
+    url = await fleet.start([("vllm", "h100", 0.05), ("vllm", "h100", 0.05), ("llamacpp", "rtx4090", 0.05)])
+    out = tmp_path / "run.json"
+    rc, stdout, stderr = await _flotilla("--target", url, "--synthetic", QUICKSTART, "--output", str(out), "--quiet")
+    assert rc == 0, stderr
+    assert stdout.splitlines()[0].startswith("times are modelled: measured wall times / 0.05 (time scale from target)")
+    result = json.loads(out.read_text())
+    assert result["meta"]["time_base"] == "modelled" and result["meta"]["time_scale"] == 0.05
+    assert result["meta"]["time_scale_source"] == "target"
+    ok = [r for r in result["requests"] if r["ok"]]
+    assert result["meta"]["target_time_scales"] == {"0.05": len(ok)} and len(ok) == result["summary"]["num_ok"] > 5
+    # an H100 decode step of llama-3.1-8b takes milliseconds; on the wall clock it is a twentieth of that
+    vllm_urls = {f"http://127.0.0.1:{e.port}" for e in fleet.engines[:2]}
+    h100_tpot_ms = 1000 * statistics.median(r["tpot_s"] for r in ok if r["backend"] in vllm_urls)
+    assert h100_tpot_ms > 3.0, h100_tpot_ms
+    assert _table_p50_ms(stdout, "TPOT") > 3.0 and _table_p50_ms(stdout, "TTFT") > 3.0, stdout
+
+
+async def test_engines_with_different_time_scales_are_reported_in_wall_time_and_named(fleet, tmp_path):
+    url = await fleet.start([("vllm", "h100", 0.05), ("llamacpp", "rtx4090", 0.1)])
+    out = tmp_path / "run.json"
+    rc, stdout, stderr = await _flotilla("--target", url, "--synthetic", "poisson:rate=5,duration=2,input=64,output=8",
+                                         "--output", str(out), "--quiet")
+    assert rc == 0, stderr
+    result = json.loads(out.read_text())
+    counts = result["meta"]["target_time_scales"]
+    assert set(counts) == {"0.05", "0.1"}  # round-robin: both engines served, each named its own
+    first = stdout.splitlines()[0]
+    assert first.startswith("times are wall-clock: the target's responses named different time scales "
+                            f"(0.05 on {counts['0.05']}, 0.1 on {counts['0.1']}); pass --time-scale"), first
+    assert (result["meta"]["time_base"], result["meta"]["time_scale"]) == ("wall", None)
+
+
+async def test_slos_are_judged_in_the_printed_time_base_and_the_flags_choose_it(sse_server, tmp_path):
+    url, state = sse_server
+    state.time_scales, state.token_delay_s = ("0.01",), 0.01  # ~10 ms per token on the wall: ~1 s modelled
+    args = ["--target", url, "--synthetic", "poisson:rate=20,duration=0.5,input=16,output=4", "--slo", "tpot=0.5",
+            "--quiet"]
+    runs = {}
+    for name, flags in (("target", []), ("wall", ["--wall-time"]), ("forced", ["--time-scale", "0.02"])):
+        out = tmp_path / f"{name}.json"
+        rc, stdout, stderr = await _flotilla(*args, *flags, "--output", str(out))
+        assert rc == 0, stderr
+        runs[name] = (stdout.splitlines()[0], json.loads(out.read_text()))
+    note, modelled = runs["target"]
+    assert note.startswith("times are modelled: measured wall times / 0.01 (time scale from target)")
+    assert modelled["summary"]["tpot_s"]["p50"] > 0.5 and modelled["summary"]["goodput_per_s"] == 0.0
+    note, wall = runs["wall"]
+    assert note == "times are wall-clock (--wall-time; the target's time scale is 0.01)"
+    assert wall["summary"]["tpot_s"]["p50"] < 0.5
+    assert wall["summary"]["goodput_per_s"] == wall["summary"]["request_throughput_per_s"] > 0
+    note, forced = runs["forced"]
+    assert "wall times / 0.02 (--time-scale; the target said 0.01)" in note
+    assert (forced["meta"]["time_base"], forced["meta"]["time_scale"], forced["meta"]["time_scale_source"]) == (
+        "modelled", 0.02, "--time-scale")
+    rc, stdout, _ = await _flotilla("compare", str(tmp_path / "target.json"), str(tmp_path / "wall.json"))
+    assert rc == 0 and stdout.splitlines()[2].split() == ["time", "base", "modelled", "(/0.01)", "wall"]

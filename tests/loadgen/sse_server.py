@@ -36,6 +36,8 @@ class SseServerState:
     """Tokens streamed per SSE chunk (more per chunk keeps long-output tests cheap)."""
     backend: str = "replica-0"
     """Name sent in x-flotilla-backend."""
+    time_scales: tuple[str | None, ...] = ()
+    """x-flotilla-time-scale of request i is time_scales[i % len] (None: no header); () sends none."""
     arrivals_s: list[float] = field(default_factory=list)
     """time.perf_counter() when each request arrived."""
     usages: list[dict] = field(default_factory=list)
@@ -65,6 +67,7 @@ def _error(status: int, message: str) -> web.Response:
 
 async def _completions(request: web.Request) -> web.StreamResponse:
     state: SseServerState = request.app[STATE]
+    arrival = len(state.arrivals_s)
     state.arrivals_s.append(time.perf_counter())
     try:
         body = await request.json()
@@ -72,7 +75,10 @@ async def _completions(request: web.Request) -> web.StreamResponse:
         max_tokens = int(body["max_tokens"])
     except (ValueError, KeyError, TypeError):
         return _error(400, "expected JSON with prompt and max_tokens")
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "x-flotilla-backend": state.backend})
+    headers = {"Content-Type": "text/event-stream", "x-flotilla-backend": state.backend}
+    if state.time_scales and (scale := state.time_scales[arrival % len(state.time_scales)]):
+        headers["x-flotilla-time-scale"] = scale
+    resp = web.StreamResponse(headers=headers)
     await resp.prepare(request)
     for first in range(0, max_tokens, state.tokens_per_chunk):
         if state.token_delay_s:

@@ -130,3 +130,19 @@ async def test_a_concurrency_cap_holds_requests_back_and_shows_as_lateness(sse_s
     in_flight = max(sum(start <= t < end for start, end in spans) for t, _ in spans)
     assert result.summary.num_ok == 6 and in_flight == 2
     assert sorted(r.lateness_s for r in result.requests)[-1] >= 0.35  # the last pair waited two turns
+
+
+async def test_the_result_counts_the_time_scales_the_successful_responses_named(sse_server):
+    url, state = sse_server
+    state.time_scales = ("0.05", "0.05", None, "not-a-number")  # the last two name no usable scale
+    cfg = RunnerConfig(target_url=url, show_progress=False)
+    reqs = [TraceRequest(timestamp_s=0.0, input_length=8, output_length=2) for _ in range(8)]
+    result = await OpenLoopRunner(cfg).run(reqs)
+    assert result.summary.num_ok == 8
+    assert result.meta["target_time_scales"] == {"0.05": 4, "none": 4}
+
+
+async def test_failed_requests_name_no_time_scale(unused_tcp_port_factory):
+    cfg = RunnerConfig(target_url=f"http://127.0.0.1:{unused_tcp_port_factory()}", model="m", show_progress=False)
+    result = await OpenLoopRunner(cfg).run([TraceRequest(timestamp_s=0, input_length=4, output_length=2)])
+    assert result.summary.num_failed == 1 and result.meta["target_time_scales"] == {}
