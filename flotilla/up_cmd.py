@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import signal
 import sys
@@ -14,8 +15,10 @@ from pathlib import Path
 HELP = "start a local fleet of look-alike engines behind the proxy and show its live status"
 DESCRIPTION = """\
 Start the engines, the proxy and the autoscaler of a fleet file as child processes, wait until
-they are ready, print the endpoints and a status table refreshed every second. Ctrl-C or SIGTERM
-stops everything.
+they are ready, print the endpoints and a status table refreshed every second. Ctrl-C, SIGTERM or
+SIGHUP (a closed terminal) stops everything; on Linux even a SIGKILL leaves no process behind.
+A taken port, an engine or proxy that exits while starting, a bad fleet file: one line on stderr
+naming the cause, exit status non-zero, nothing left running.
 
   flotilla up                          # the packaged default fleet, proxy on 127.0.0.1:8000
   flotilla up fleet.yaml --port 9000
@@ -40,9 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where each process logs (default: a new temporary directory)")
 
 
-def _fail(message: str) -> int:
-    print(f"flotilla up: error: {message}", file=sys.stderr)
-    return 2
+def _fail(message: str, status: int = 2) -> int:
+    """One line on stderr; status 2 for a bad command or fleet file, 1 for a fleet that failed."""
+    with contextlib.suppress(OSError):  # a closed terminal
+        print(f"flotilla up: error: {message}", file=sys.stderr)
+    return status
 
 
 def _load(args: argparse.Namespace):  # -> UpFleet, imported lazily
@@ -63,17 +68,26 @@ def _load(args: argparse.Namespace):  # -> UpFleet, imported lazily
 def run(args: argparse.Namespace) -> int:
     """Entry point of `flotilla up`; returns the exit status."""
     from proxy.config import ConfigError
+    from proxy.supervisor import FleetError, check_port_free
 
     try:
         fleet = _load(args)
     except (ConfigError, OSError) as exc:
         return _fail(str(exc))
+    port = fleet.port if args.port is None else args.port
+    try:
+        if port:  # fail before starting anything; the proxy's own bind is checked too
+            check_port_free(port)
+    except FleetError as exc:
+        return _fail(str(exc), status=1)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="flotilla-up-"))
     return asyncio.run(_up(fleet, args, log_dir))
 
 
 def _say(line: str) -> None:
-    print(line, flush=True)
+    # A closed terminal must not stop the fleet from being stopped.
+    with contextlib.suppress(OSError):
+        print(line, flush=True)
 
 
 async def _up(spec, args: argparse.Namespace, log_dir: Path) -> int:
@@ -84,7 +98,7 @@ async def _up(spec, args: argparse.Namespace, log_dir: Path) -> int:
     become_subreaper()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGHUP: the terminal closed
         loop.add_signal_handler(sig, stop.set)
     fleet = Fleet(spec=spec, log_dir=log_dir)
     try:
@@ -92,11 +106,13 @@ async def _up(spec, args: argparse.Namespace, log_dir: Path) -> int:
             await fleet.start(spec.port if args.port is None else args.port)
             return await _until_stopped(_serve(fleet, session, args), stop)
     except FleetError as exc:
-        return _fail(str(exc))
+        return _fail(str(exc), status=1)
     finally:
-        _say("stopping the fleet ...")
+        if fleet.members:
+            _say("stopping the fleet ...")
         await fleet.stop()
-        _say("stopped")
+        if fleet.members:
+            _say("stopped")
 
 
 async def _until_stopped(work, stop: asyncio.Event) -> int:
@@ -117,7 +133,7 @@ async def _serve(fleet, session, args: argparse.Namespace) -> int:
     scaled = fleet.spec.scaled_group()
     extra = f" (its autoscaler starts {scaled.min_replicas} {scaled.name})" if scaled is not None else ""
     _say(f"starting {len(fleet.engines)} engine(s) and the proxy{extra}; logs in {fleet.log_dir}")
-    await wait_ready(fleet, session, args.ready_timeout_s, _say)
+    await wait_ready(fleet, session, args.ready_timeout_s, _say)  # its own proxy, every process alive
     _say(f"fleet ready in {time.monotonic() - started:.1f} s")
     _print_endpoints(fleet)
     if args.demo:
@@ -140,11 +156,14 @@ def _print_endpoints(fleet) -> None:
 
 async def _status_loop(fleet, session, refresh_s: float) -> None:
     from proxy.status import format_table
-    from proxy.supervisor import poll_status
+    from proxy.supervisor import exits_since, poll_status
 
-    tty, before, drawn = sys.stdout.isatty(), None, 0
+    tty, before, drawn, reported = sys.stdout.isatty(), None, 0, set()
     while True:
-        status = await poll_status(session, fleet.proxy_url)
+        for line in await exits_since(fleet, reported):  # FleetError when the proxy exited
+            _say(f"warning: {line}")
+            drawn = 0
+        status = await poll_status(session, fleet.proxy_url, fleet.instance)
         if status is not None:
             table = format_table(status, before)
             # On a terminal the table redraws in place; in a log each refresh is appended.
@@ -158,6 +177,7 @@ async def _demo(fleet) -> int:
     from loadgen.readers import read_trace
     from loadgen.report import summary_table
     from loadgen.runner import OpenLoopRunner, RunnerConfig
+    from loadgen.timebase import SEEN_KEY, in_time_base, time_base
 
     demo = fleet.spec.demo
     trace = demo.trace_path()
@@ -165,22 +185,13 @@ async def _demo(fleet) -> int:
     cfg = RunnerConfig(target_url=fleet.proxy_url, speedup=demo.speedup, max_requests=demo.max_requests,
                        replicas_url=fleet.proxy_url + "/metrics", show_progress=sys.stderr.isatty(),
                        meta={"label": "demo", "trace": str(trace)})
-    result = await OpenLoopRunner(cfg).run(read_trace(trace))
-    scales = {group.time_scale for group in fleet.spec.engines}
-    if len(scales) == 1 and (scale := scales.pop()) != 1.0:
-        result = _in_modelled_time(result, scale)
-        _say(f"latencies and rates in modelled time: the engines run {1 / scale:g}x faster than modelled "
-             f"(time_scale {scale:g}), so wall figures are divided by {scale:g}. Tokens this close "
-             "together often share one read, which shortens ITL; TPOT is the steadier per-token figure.")
+    wall = await OpenLoopRunner(cfg).run(read_trace(trace))
+    # the time base `flotilla loadgen` uses: the scale the engines name on their responses
+    base = time_base(wall.meta.get(SEEN_KEY, {}))
+    result = in_time_base(wall, base)
+    _say(base.note)
+    if base.scale is not None and base.scale < 1:
+        _say(f"  (the engines run {1 / base.scale:g}x faster than modelled: tokens this close together often "
+             "share one read, which shortens ITL; TPOT is the steadier per-token figure)")
     _say(summary_table(result))
     return 0 if result.summary.num_ok else 1
-
-
-def _in_modelled_time(result, time_scale: float):  # type: ignore[no-untyped-def]
-    import dataclasses
-
-    from flotilla.testing.live import to_modelled
-    from loadgen.stats import summarize
-
-    records = [to_modelled(r, time_scale, {}) for r in result.requests]
-    return dataclasses.replace(result, requests=records, summary=summarize(records, result.summary.slo))

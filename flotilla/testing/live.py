@@ -21,6 +21,7 @@ from flotilla.testing.workload import ReplayOptions, Workload, load_workload
 from loadgen.results import RequestRecord, RunResult, Slo
 from loadgen.runner import OpenLoopRunner, RunnerConfig
 from loadgen.stats import summarize
+from loadgen.timebase import scaled_record
 
 LIVE_SCRAPE_WALL_S = 0.05
 """Proxy scrape interval in wall seconds when the spec sets none."""
@@ -95,15 +96,7 @@ class LiveFleet:
 
 def to_modelled(rec: RequestRecord, time_scale: float, backend_index: dict[str, str]) -> RequestRecord:
     """A client record with wall seconds turned into modelled seconds and the backend URL into its index."""
-
-    def scaled(value: float | None) -> float | None:
-        return None if value is None else value / time_scale
-
-    return dataclasses.replace(
-        rec, scheduled_time_s=rec.scheduled_time_s / time_scale, send_time_s=rec.send_time_s / time_scale,
-        ttft_s=scaled(rec.ttft_s), tpot_s=scaled(rec.tpot_s), e2e_s=scaled(rec.e2e_s),
-        itl_s=[gap / time_scale for gap in rec.itl_s],
-        backend=backend_index.get(rec.backend or "", rec.backend))
+    return dataclasses.replace(scaled_record(rec, time_scale), backend=backend_index.get(rec.backend or "", rec.backend))
 
 
 async def _start_engine(spec: FleetSpec, index: int) -> Any:
