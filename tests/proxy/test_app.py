@@ -13,6 +13,7 @@ from policies.routing.base import BackendState, RoutingPolicy
 from proxy.config import BackendSpec, HealthConfig
 from proxy.engine_metrics import parse_engine_metrics
 from tests.proxy.conftest import BackendFactory, ProxyFactory
+from tests.waiting import wait_until
 
 
 def sdk(url: str) -> openai.AsyncOpenAI:
@@ -297,11 +298,7 @@ async def test_cold_starting_engines_are_starting_then_ready_never_ejected(engin
     pool = p.proxy.pool
     assert [b.state for b in pool] == [BackendState.STARTING, BackendState.STARTING]
     await asyncio.gather(v.wait_ready(), ll.wait_ready())
-    for _ in range(200):
-        if all(b.state is BackendState.READY for b in pool):
-            break
-        await asyncio.sleep(0.02)
-    assert [b.state for b in pool] == [BackendState.READY, BackendState.READY]
+    await wait_until(lambda: all(b.state is BackendState.READY for b in pool), what="both backends READY")
     assert all(b.breaker.failures == 0 for b in pool)
     assert b"flotilla_backend_ejections_total{" not in p.proxy.metrics.exposition()
 
@@ -336,9 +333,12 @@ async def test_client_disconnect_brings_vllm_running_back_to_zero_within_a_secon
         assert await running_requests(engine.url) == 1.0
         resp.close()
     left_at = time.monotonic()
-    while await running_requests(engine.url) != 0.0:
-        assert time.monotonic() - left_at < 1.0
-        await asyncio.sleep(0.02)
+    await wait_until(lambda: _no_running(engine.url), what="vLLM's running gauge back to 0")
+    assert time.monotonic() - left_at < 1.0
+
+
+async def _no_running(url: str) -> bool:
+    return await running_requests(url) == 0.0
 
 
 class BrokenPolicy(RoutingPolicy):

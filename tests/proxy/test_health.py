@@ -1,7 +1,5 @@
 """Probes move backends between starting, ready and ejected; the breaker closes again on success."""
 
-import asyncio
-
 import aiohttp
 
 from policies.routing.base import BackendState
@@ -48,6 +46,8 @@ async def test_failing_probes_eject_and_successes_after_the_open_time_restore(
     p = await proxy_for([b], health=SLOW_LOOP,
                         breaker=BreakerConfig(failure_threshold=2, success_threshold=2, open_s=0.2))
     backend = p.proxy.pool.backends[0]
+    now_s = [0.0]
+    p.proxy.health.clock = lambda: now_s[0]  # the breaker's open time passes in test time, not by waiting
     b.knobs.health_status = 500
     await p.proxy.health.check_all()
     assert backend.state is BackendState.READY
@@ -56,7 +56,7 @@ async def test_failing_probes_eject_and_successes_after_the_open_time_restore(
     b.knobs.health_status = 200
     await p.proxy.health.check_all()  # still open: not even probed
     assert backend.state is BackendState.EJECTED
-    await asyncio.sleep(0.25)
+    now_s[0] += 0.25  # past open_s: half-open
     await p.proxy.health.check_all()
     assert backend.state is BackendState.EJECTED  # one half-open success of the two needed
     await p.proxy.health.check_all()
