@@ -149,6 +149,12 @@ class LocalActuator(Actuator):
     async def exited(self) -> list[str]:
         return [rid for rid, c in self._children.items() if c.process.returncode is not None]
 
+    def returncode(self, replica_id: str) -> int | None:
+        """Exit status of a replica not stopped yet (negative: the signal that ended it); None
+        while it runs."""
+        child = self._children.get(replica_id)
+        return None if child is None else child.process.returncode
+
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     # The group can outlive its leader (an engine's helpers), so signal it even after the

@@ -1,13 +1,17 @@
-"""`flotilla up` as a real subprocess: ready, serving through the proxy, nothing left after SIGTERM."""
+"""`flotilla up` as a real subprocess: ready, serving through the proxy, nothing left after SIGTERM,
+SIGHUP or SIGKILL, and failing at once, in one line, on a taken port, a crashed engine or a bad file."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import aiohttp
@@ -38,6 +42,38 @@ def _tree(root: int) -> dict[int, int]:
                 out[pid] = st[2]
                 todo.append(pid)
     return out
+
+
+MARK = "FLOTILLA_TEST_RUN"
+"""An environment variable every process a `flotilla up` starts inherits: how a test finds them all."""
+
+
+def _env(mark: str) -> dict[str, str]:
+    return {**os.environ, MARK: mark}
+
+
+def _marked(mark: str) -> list[int]:
+    """Live processes (zombies do not count) whose environment carries MARK=mark."""
+    needle, found = f"{MARK}={mark}".encode(), []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if needle in env and (st := _stat(int(entry.name))) is not None and st[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def _gone(mark: str, timeout_s: float = 30.0) -> list[int]:
+    """Waits until no process carries the mark; those still alive at the deadline (then killed)."""
+    deadline = time.monotonic() + timeout_s
+    while (left := _marked(mark)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:  # leave the machine clean for the next test either way
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return left
 
 
 def _wait_for(log: Path, pattern: str, proc: subprocess.Popen, timeout_s: float = 90.0) -> re.Match:
@@ -86,7 +122,7 @@ async def test_up_serves_through_the_proxy_and_leaves_no_process_after_sigterm(t
     assert log.read_text().rstrip().endswith("stopped")
 
 
-async def test_autoscaled_replicas_run_under_the_proxy_and_are_gone_after_sigterm(tmp_path: Path) -> None:
+async def test_autoscaled_replicas_run_under_the_proxy_and_are_gone_after_sighup(tmp_path: Path) -> None:
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text("engines:\n  - {name: pool, flavor: vllm, model: llama-3.1-8b, min: 1, max: 2, time_scale: 0.02,"
                      " load_gbps: 50}\nautoscaler: {policy: 'cold-start-aware:capacity_rps=2', interval_s: 1}\n")
@@ -99,7 +135,7 @@ async def test_autoscaled_replicas_run_under_the_proxy_and_are_gone_after_sigter
         tree = _tree(proc.pid)
         proxy = [pid for pid, _ in tree.items() if _stat(pid)[1] == proc.pid]
         assert len(proxy) == 1 and any(_stat(pid)[1] == proxy[0] for pid in tree), tree  # an engine under it
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGHUP)  # what a closed terminal sends
         assert proc.wait(60) == 0, log.read_text()
     finally:
         if proc.poll() is None:
@@ -126,12 +162,24 @@ def test_demo_replays_the_bundled_trace_and_prints_the_summary(tmp_path: Path) -
     assert out.stdout.rstrip().endswith("stopped")
 
 
-def test_a_bad_fleet_file_is_a_usage_error_naming_the_field(tmp_path: Path) -> None:
-    fleet = tmp_path / "fleet.yaml"
-    fleet.write_text("engines:\n  - {flavor: vllm, model: llama-3.1-8b, replicas: 5, max: 2}\n")
-    out = subprocess.run([*UP, str(fleet)], capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize(("engine", "extra", "field"), [
+    ("model: llama-3.1-8b, replicas: 5, max: 2", "", "engines[0].replicas=5"),
+    ("model: llama-9b", "", "engines[0].model='llama-9b': is not in the catalogue"),
+    ("model: llama-3.1-8b, gpu: tpu-v9", "", "engines[0].gpu='tpu-v9': is not in the catalogue"),
+    ("model: llama-3.1-8b", "proxy: {policy: fastest}\n", "proxy.policy='fastest': unknown routing policy"),
+    ("model: llama-3.1-8b, min: 1, max: 2", "autoscaler: {policy: psychic}\n",
+     "autoscaler.policy='psychic': unknown scaling policy"),
+])
+def test_a_bad_fleet_file_is_one_line_naming_the_field_before_anything_starts(
+        tmp_path: Path, engine: str, extra: str, field: str) -> None:
+    fleet, mark = tmp_path / "fleet.yaml", uuid.uuid4().hex
+    fleet.write_text(f"engines:\n  - {{flavor: vllm, {engine}}}\n{extra}")
+    out = subprocess.run([*UP, str(fleet), "--log-dir", str(tmp_path / "logs")], capture_output=True, text=True,
+                         timeout=60, env=_env(mark))
     assert out.returncode == 2
-    assert "engines[0].replicas=5" in out.stderr and "Traceback" not in out.stderr
+    assert out.stderr.startswith(f"flotilla up: error: {field}") and out.stderr.count("\n") == 1, out.stderr
+    assert not (tmp_path / "logs").exists() and out.stdout == ""  # nothing started, nothing logged
+    assert _gone(mark) == []
 
 
 def test_a_missing_fleet_file_is_reported_not_raised(tmp_path: Path) -> None:
@@ -139,10 +187,65 @@ def test_a_missing_fleet_file_is_reported_not_raised(tmp_path: Path) -> None:
     assert out.returncode == 2 and "nope.yaml" in out.stderr and "Traceback" not in out.stderr
 
 
-def test_an_engine_that_cannot_start_fails_the_start_naming_its_log(tmp_path: Path) -> None:
-    fleet = tmp_path / "fleet.yaml"
-    fleet.write_text("engines:\n  - {flavor: vllm, model: no-such-model, time_scale: 0.02}\n")
-    out = subprocess.run([*UP, str(fleet), "--ready-timeout-s", "60"], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2
-    assert "vllm-0/local-1 exited while starting" in out.stderr
-    assert os.path.exists(re.search(r"see (\S+\.log)", out.stderr).group(1))
+def test_an_engine_that_exits_at_start_is_one_line_naming_why_and_its_log(tmp_path: Path) -> None:
+    fleet, mark = tmp_path / "fleet.yaml", uuid.uuid4().hex
+    # a 70B model in 16-bit weights does not fit one 24 GB RTX 4090: the engine exits as vLLM would
+    fleet.write_text("engines:\n  - {flavor: vllm, model: llama-3.1-70b, gpu: rtx4090, time_scale: 0.02}\n")
+    out = subprocess.run([*UP, str(fleet), "--ready-timeout-s", "60"], capture_output=True, text=True, timeout=120,
+                         env=_env(mark))
+    assert out.returncode == 1
+    line = re.fullmatch(r"flotilla up: error: vllm-0/local-1 exited while starting: (.*) \(log (\S+\.log)\)\n",
+                        out.stderr)
+    assert line is not None, out.stderr
+    assert "OutOfMemoryError" in line.group(1) and os.path.exists(line.group(2))
+    assert _gone(mark) == []
+
+
+def test_an_autoscaled_engine_that_exits_at_start_fails_the_start_too(tmp_path: Path) -> None:
+    fleet, mark = tmp_path / "fleet.yaml", uuid.uuid4().hex
+    fleet.write_text("engines:\n  - {name: pool, flavor: vllm, model: llama-3.1-70b, gpu: rtx4090, min: 1, max: 2,"
+                     " time_scale: 0.02}\nautoscaler: {policy: 'cold-start-aware:capacity_rps=2', interval_s: 1}\n")
+    out = subprocess.run([*UP, str(fleet), "--ready-timeout-s", "90"], capture_output=True, text=True, timeout=150,
+                         env=_env(mark))
+    assert out.returncode == 1
+    assert re.fullmatch(r"flotilla up: error: pool/local-\d+, started by the proxy's autoscaler, exited while "
+                        r"starting: .*OutOfMemoryError.* \(log \S+/pool/local-\d+\.log\)\n", out.stderr), out.stderr
+    assert _gone(mark) == []
+
+
+def test_a_taken_port_fails_at_once_naming_it_and_starts_nothing(tmp_path: Path) -> None:
+    mark = uuid.uuid4().hex
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run([*UP, "--port", str(port), "--log-dir", str(tmp_path / "logs")], capture_output=True,
+                             text=True, timeout=60, env=_env(mark))
+    assert out.returncode == 1
+    assert out.stderr == (f"flotilla up: error: port {port} on 127.0.0.1 is in use; choose another with --port "
+                          "(--port 0 picks a free one)\n")
+    assert not (tmp_path / "logs").exists() and out.stdout == ""
+    assert _gone(mark) == []
+
+
+def test_sigkill_of_flotilla_up_leaves_no_process_it_started(tmp_path: Path) -> None:
+    fleet, mark = tmp_path / "fleet.yaml", uuid.uuid4().hex
+    fleet.write_text("engines:\n  - {flavor: llamacpp, model: llama-3.2-1b, gpu: rtx4090, time_scale: 0.02,"
+                     " load_gbps: 50}\n  - {name: pool, flavor: vllm, model: llama-3.2-1b, min: 1, max: 2,"
+                     " time_scale: 0.02, load_gbps: 50}\nautoscaler: {policy: 'cold-start-aware:capacity_rps=2'}\n")
+    log = tmp_path / "up.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([*UP, str(fleet)], stdout=out, stderr=subprocess.STDOUT, env=_env(mark))
+    try:
+        _wait_for(log, r"fleet ready in", proc)
+        tree = _tree(proc.pid)
+        # one engine and the proxy under flotilla up, the autoscaled engine under the proxy
+        assert len(tree) >= 3 and set(tree) <= set(_marked(mark)), (tree, _marked(mark))
+        assert any(_stat(pid)[1] != proc.pid for pid in tree), tree
+        proc.kill()  # no handler runs: only the kernel can end the children now
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert _gone(mark) == []

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
+import aiohttp
 import pytest
+from aiohttp import web
 
-from proxy.supervisor import descendants_of
+from proxy.fleetfile import parse_up_fleet
+from proxy.supervisor import Fleet, FleetError, descendants_of, wait_ready
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, uses prctl")
 
@@ -62,3 +66,54 @@ def test_an_orphan_that_left_its_group_is_adopted_and_killed(tmp_path: Path) -> 
                          env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:2] == ["adopted True", "alive False"]
+
+
+SMALL_FLEET = "engines:\n  - {flavor: vllm, model: llama-3.2-1b, time_scale: 0.02, load_gbps: 50}\n"
+
+
+async def _start_and_wait(port: int, log_dir: Path) -> str:
+    """The FleetError of starting SMALL_FLEET's proxy on `port` (Fleet.start itself checks no port)."""
+    fleet = Fleet(spec=parse_up_fleet(SMALL_FLEET), log_dir=log_dir)
+    try:
+        await fleet.start(port)
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(FleetError) as err:
+                await wait_ready(fleet, session, 120, lambda _line: None)
+        return str(err.value)
+    finally:
+        await fleet.stop()
+
+
+async def test_a_proxy_that_cannot_bind_fails_the_start_with_its_reason(tmp_path: Path) -> None:
+    with socket.socket() as taken:  # listens, never answers: only the proxy's exit can end the wait
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        message = await _start_and_wait(port, tmp_path)
+    assert message.startswith(f"proxy exited while starting: flotilla proxy: cannot listen on 127.0.0.1:{port}: "
+                              "Address already in use (log "), message
+
+
+async def test_another_server_on_the_port_is_never_taken_for_the_proxy(tmp_path: Path) -> None:
+    # It answers like a proxy with one ready backend, which is all the fleet waits for, but
+    # without this run's instance token.
+    async def metrics(_request: web.Request) -> web.Response:
+        return web.Response(text='flotilla_backend_state{backend="http://127.0.0.1:1",state="ready"} 1\n')
+
+    async def health(_request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    app = web.Application()
+    app.add_routes([web.get("/metrics", metrics), web.get("/health", health)])
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        message = await _start_and_wait(port, tmp_path)
+    finally:
+        await runner.cleanup()
+    # whichever it sees first: the impostor's answer or its own proxy's failed bind
+    assert (message.startswith(f"another server answers on port {port}, not the proxy flotilla up started")
+            or f"cannot listen on 127.0.0.1:{port}" in message), message
