@@ -8,7 +8,9 @@ Nor does a replica outlive the process that started it when that process dies wi
 (SIGKILL, a crash): on Linux each replica asks the kernel for SIGKILL when its parent dies
 (PR_SET_PDEATHSIG). The kernel ties that to the parent *thread*, so replicas must be started
 from a thread that lives as long as the process, as the event loop's main thread does. Other
-platforms have no such call: there only a stop, or the parent's own signal handlers, end them.
+platforms (macOS) have no such call; there a watchdog process, started with the first replica,
+holds a pipe from this process and SIGKILLs the groups of the replicas not stopped yet when the
+pipe closes, which it does however this process ends.
 
     actuator = LocalActuator(["fake-vllm", "serve", "llama-3.1-8b", "--time-scale", "0.05"])
     handle = await actuator.start_replica()   # ReplicaHandle(replica_id, url, pid)
@@ -27,6 +29,7 @@ import shlex
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -83,6 +86,38 @@ def die_with_parent() -> Callable[[], None] | None:
     return functools.partial(_die_with, os.getpid()) if _prctl() is not None else None
 
 
+WATCHDOG = """
+import os, signal, sys
+groups = set()
+for line in sys.stdin:  # +PGID when a replica starts, -PGID when it is stopped
+    (groups.add if line[0] == "+" else groups.discard)(int(line[1:]))
+for group in groups:  # end of input: the process that started them is gone
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+class _Watchdog:
+    """The fallback where children cannot ask the kernel to die with their parent: one helper
+    process per process, told each replica's group, killing them when its input closes."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[str] | None = None
+
+    def tell(self, sign: str, group: int) -> None:
+        if self._process is None:  # its own session: a Ctrl-C meant for us does not end it first
+            self._process = subprocess.Popen([sys.executable, "-c", WATCHDOG], stdin=subprocess.PIPE, text=True,
+                                             start_new_session=True)
+        with contextlib.suppress(OSError):
+            self._process.stdin.write(f"{sign}{group}\n")
+            self._process.stdin.flush()
+
+
+_watchdog = _Watchdog()
+
+
 @dataclass
 class _Child:
     handle: ReplicaHandle
@@ -125,6 +160,8 @@ class LocalActuator(Actuator):
         finally:
             if log_fd >= 0:  # the child holds its own copy
                 os.close(log_fd)
+        if _prctl() is None:
+            _watchdog.tell("+", process.pid)
         host = f"[{self.host}]" if ":" in self.host else self.host
         handle = ReplicaHandle(replica_id, f"http://{host}:{port}", process.pid)
         self._children[replica_id] = _Child(handle, process)
@@ -171,3 +208,5 @@ async def _stop_group(process: asyncio.subprocess.Process, grace_s: float) -> No
         pass
     _signal_group(process.pid, signal.SIGKILL)
     await process.wait()
+    if _prctl() is None:  # the group is gone: its id may be handed out again
+        _watchdog.tell("-", process.pid)

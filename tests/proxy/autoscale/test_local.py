@@ -126,10 +126,15 @@ def test_console_scripts_resolve_beside_the_interpreter_without_path(monkeypatch
 
 
 # A parent that starts a replica (sh exec-ing sleep, so the pid stays the same), says its pid,
-# then waits to be killed; LOOP picks asyncio's own loop or uvloop, which the proxy runs on.
+# then waits to be killed. argv[1] picks asyncio's own loop, uvloop (the proxy runs on it), or
+# the watchdog that stands in for PR_SET_PDEATHSIG where there is none (macOS).
 PARENT = textwrap.dedent("""
     import asyncio, sys
+    from proxy.autoscale import local
     from proxy.autoscale.local import LocalActuator
+
+    if sys.argv[1] == "watchdog":
+        local._prctl = lambda: None
 
     async def main():
         handle = await LocalActuator(["sh", "-c", "exec sleep 300", "sh"]).start_replica()
@@ -152,10 +157,13 @@ def alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
-@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop", "watchdog"])
 def test_a_replica_dies_with_the_process_that_started_it_even_on_sigkill(loop: str) -> None:
-    pytest.importorskip(loop)
+    if loop == "uvloop":
+        pytest.importorskip(loop)
+    if loop != "watchdog" and not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux only")
     parent = subprocess.Popen([sys.executable, "-c", PARENT, loop], stdout=subprocess.PIPE, text=True,
                               cwd=Path(__file__).resolve().parents[3])
     replica = 0
