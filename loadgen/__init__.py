@@ -6,6 +6,8 @@ Public surface:
 - `OpenLoopRunner(RunnerConfig(...)).run(requests)` replays them and returns a `RunResult`.
 - `RunResult` / `RequestRecord` / `Summary` are the result schema (also emitted by `sim`);
   `summarize(records, slo)` computes the summary.
+- `time_base(result.meta["target_time_scales"])` and `in_time_base(result, base)` turn a run
+  against time-scaled look-alike engines into modelled time, as `flotilla loadgen` reports it.
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ _EXPORTS = {
     "RunnerConfig": "loadgen.runner",
     "Slo": "loadgen.results",
     "Summary": "loadgen.results",
+    "TimeBase": "loadgen.timebase",
     "TraceRequest": "loadgen.trace",
     "parse_slo": "loadgen.stats",
+    "in_time_base": "loadgen.timebase",
     "read_trace": "loadgen.readers",
     "summarize": "loadgen.stats",
     "synthetic_requests": "loadgen.synthetic",
+    "time_base": "loadgen.timebase",
 }
 
 __all__ = sorted(_EXPORTS)
