@@ -15,6 +15,7 @@ from fake_engines.vllm.server import start_vllm
 from policies.routing.base import BackendState
 from proxy.breaker import CircuitState
 from proxy.config import BackendSpec, BreakerConfig, TimeoutConfig
+from tests.waiting import wait_until
 
 MODEL = "tiny-llama"
 BODY = {"model": MODEL, "prompt": "tell me a story", "max_tokens": 8, "ignore_eos": True}
@@ -90,10 +91,7 @@ async def test_ejected_backend_is_readmitted_through_half_open_probes_once_healt
                 break
         assert failing.state is BackendState.EJECTED
         await set_faults(bad.url)  # healthy again
-        deadline = time.monotonic() + 10
-        while failing.state is not BackendState.READY and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert failing.state is BackendState.READY
+        await wait_until(lambda: failing.state is BackendState.READY, what="the healed backend readmitted")
         assert failing.breaker.state is CircuitState.CLOSED
         served_by = {(await asyncio.gather(*(call(s, p.url) for _ in range(2))))[i][1] for i in range(2)}
     assert bad.url in served_by
@@ -118,11 +116,15 @@ async def test_hung_backend_hits_the_first_byte_timeout_while_other_requests_kee
     good, _ = await engine()
     p = await proxy_for([hung, good], timeouts=TimeoutConfig(connect_s=1.0, first_byte_s=2.5, idle_s=5.0,
                                                              total_s=20.0))
-    p.proxy.pool.find(hung.url).state = BackendState.READY  # as if it hung after its last good probe
+    hung_b = p.proxy.pool.find(hung.url)
+    hung_b.state = BackendState.READY  # as if it hung after its last good probe
     async with aiohttp.ClientSession() as s:
         t0 = time.monotonic()
         first = [asyncio.create_task(call(s, p.url)) for _ in range(2)]
-        await asyncio.sleep(0.1)
+        # one held by the hung backend and the other answered before the others start, so least-outstanding
+        # sends every later request to the good one
+        await wait_until(lambda: hung_b.in_flight == 1 and any(t.done() for t in first),
+                         what="one request held by the hung backend, the other answered")
         others = [await call(s, p.url) for _ in range(20)]
         others_done_s = time.monotonic() - t0
         results = await asyncio.gather(*first)

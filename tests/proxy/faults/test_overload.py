@@ -29,7 +29,7 @@ async def test_a_flood_of_5000_against_a_queue_of_50_gets_terminal_answers_in_bo
         nonlocal deepest
         while sampling:
             deepest = max(deepest, admission.queued())
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(0.001)  # sampling interval of the queue depth, not a wait
 
     statuses: dict[int, int] = {}
     retry_afters: set[str] = set()
