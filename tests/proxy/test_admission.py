@@ -8,6 +8,11 @@ import pytest
 
 from proxy.admission import Admission, retry_after_s
 from proxy.errors import ProxyError
+from tests.waiting import wait_until
+
+
+def _in_flight(adm: Admission, model: str) -> int:
+    return adm.gates[model].in_flight if model in adm.gates else 0
 
 
 def test_retry_after_is_the_queue_drain_time_in_whole_seconds():
@@ -27,8 +32,7 @@ async def test_requests_past_the_slots_wait_in_order_and_past_the_queue_get_429(
             await release.wait()
 
     tasks = [asyncio.create_task(request(i)) for i in range(3)]
-    await asyncio.sleep(0.01)
-    assert order == [0] and adm.queued() == 2
+    await wait_until(lambda: order == [0] and adm.queued() == 2, what="one request in, two queued")
     with pytest.raises(ProxyError) as err:
         async with adm.slot("m"):
             pass
@@ -50,7 +54,7 @@ async def test_a_request_that_waits_too_long_gets_503_and_leaves_the_queue():
             await hold.wait()
 
     task = asyncio.create_task(holder())
-    await asyncio.sleep(0)
+    await wait_until(lambda: _in_flight(adm, "m") == 1, what="the holder has the slot")
     with pytest.raises(ProxyError) as err:
         async with adm.slot("m"):
             pass
@@ -69,9 +73,9 @@ async def test_a_cancelled_waiter_does_not_leak_its_slot():
             await hold.wait()
 
     first = asyncio.create_task(user())
-    await asyncio.sleep(0)
+    await wait_until(lambda: _in_flight(adm, "m") == 1, what="the first user has the slot")
     waiting = asyncio.create_task(user())
-    await asyncio.sleep(0)
+    await wait_until(lambda: adm.queued() == 1, what="the second user queued")
     waiting.cancel()
     await asyncio.gather(waiting, return_exceptions=True)
     hold.set()

@@ -1,10 +1,10 @@
-import asyncio
 import time
 
 import aiohttp
 
 from tests.proxy.conftest import BackendFactory, ProxyFactory
 from tests.proxy.test_engine_metrics import page
+from tests.waiting import wait_until
 
 
 async def test_scraper_keeps_fresh_engine_signals_with_their_age(fake_backend: BackendFactory,
@@ -13,8 +13,7 @@ async def test_scraper_keeps_fresh_engine_signals_with_their_age(fake_backend: B
     llama = await fake_backend("llama", metrics_text=page("llama.cpp/079_concurrency_nonstream_metrics_snapshot_during_load.txt"))
     bare = await fake_backend("bare")  # no /metrics at all
     p = await proxy_for([vllm, llama, bare])
-    await asyncio.sleep(0.2)  # a few 50 ms scrape rounds
-    views = p.proxy.pool.views(time.monotonic())
+    views = await wait_until(lambda: _scraped(p, 0, 1), what="both engines' pages scraped")
     assert (views[0].num_requests_running, views[0].num_requests_waiting) == (2.0, 3.0)
     assert views[0].cache_capacity_tokens == 2097152
     assert (views[1].num_requests_running, views[1].num_requests_waiting) == (1.0, 0.0)
@@ -31,8 +30,20 @@ async def test_a_scrape_that_stops_answering_leaves_the_sample_aging(fake_backen
                                                                      proxy_for: ProxyFactory) -> None:
     b = await fake_backend(metrics_text="# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting 7\n")
     p = await proxy_for([b])
-    await asyncio.sleep(0.15)
+    await wait_until(lambda: _scraped(p, 0), what="the first sample")
     b.knobs.metrics_text = ""
-    await asyncio.sleep(0.3)
+    # aging is real time passing: wait until the kept sample is 0.3 s old (a refreshed age never gets there)
+    view = await wait_until(lambda: _aged(p, 0.3), what="the kept sample 0.3 s old")
+    assert view.num_requests_waiting == 7.0
+
+
+def _scraped(p, *indexes: int) -> list | None:
+    """The pool's views once the backends at `indexes` have a sample, else None."""
+    views = p.proxy.pool.views(time.monotonic())
+    return views if all(views[i].metrics_age_s is not None for i in indexes) else None
+
+
+def _aged(p, age_s: float):
+    """The first backend's view once its sample is at least `age_s` old, else None."""
     view = p.proxy.pool.views(time.monotonic())[0]
-    assert view.num_requests_waiting == 7.0 and view.metrics_age_s >= 0.3
+    return view if view.metrics_age_s >= age_s else None
