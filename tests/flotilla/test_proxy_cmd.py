@@ -75,8 +75,9 @@ def test_a_taken_port_is_a_one_line_error_naming_it() -> None:
         port = taken.getsockname()[1]
         out = subprocess.run([sys.executable, "-m", "flotilla", "proxy", "--port", str(port),
                               "--backend", "http://127.0.0.1:1"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 1
-    assert out.stderr == f"flotilla proxy: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("flotilla proxy: ") and out.stderr.count("\n") == 1, out.stderr
+    assert str(port) in out.stderr and "in use" in out.stderr
 
 
 async def test_the_instance_id_comes_back_on_the_proxys_own_routes() -> None:
