@@ -12,6 +12,7 @@ import aiohttp
 from proxy.autoscale import AutoscaleConfig, HoldSettings
 from proxy.autoscale.holder import KEEPALIVE_LINE
 from tests.proxy.autoscale.fleet import ENGINE_CMD, TIME_SCALE, autoscaled_proxy
+from tests.waiting import wait_until
 
 CHAT = {"model": "llama-3.1-8b", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 8}
 
@@ -27,12 +28,11 @@ async def test_requests_wait_through_a_cold_start_and_beyond_the_bound_get_503_w
                              engine_cmd=ENGINE_CMD, min_replicas=0, max_replicas=1, time_scale=TIME_SCALE,
                              hold=hold)
     async with autoscaled_proxy(config) as fleet, aiohttp.ClientSession() as session:
-        await asyncio.sleep(0.5)
+        await wait_until(lambda: fleet.runtime.autoscaler.decisions, what="the autoscaler's first decision")
         assert fleet.runtime.autoscaler.replicas == {}  # min 0 and no traffic: nothing runs
         streamed = asyncio.create_task(post(session, fleet.url, {**CHAT, "stream": True}))
         whole = asyncio.create_task(post(session, fleet.url, CHAT))
-        while fleet.runtime.holder.held < 2:
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: fleet.runtime.holder.held == 2, what="both requests held")
         status, headers, body = await post(session, fleet.url, CHAT)
         assert status == 503
         assert int(headers["Retry-After"]) >= 1

@@ -17,6 +17,7 @@ from proxy.autoscale.kubernetes import KubernetesActuator, KubernetesSettings, f
 from proxy.autoscale.loop import Autoscaler
 from proxy.autoscale.signals import ArrivalCounter, PoolSignals
 from proxy.pool import BackendPool
+from tests.waiting import wait_until
 
 TOKEN = "eyJhbGciOiJSUzI1NiJ9.test"
 SCALE = "/apis/apps/v1/namespaces/ml/deployments/vllm/scale"
@@ -114,14 +115,6 @@ contexts:
     await runner.cleanup()
 
 
-async def wait_for(predicate, timeout_s: float = 5.0) -> None:
-    for _ in range(int(timeout_s / 0.01)):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached")
-
-
 async def test_replicas_follow_the_endpoint_slices_and_scaling_patches_the_scale_subresource(api):
     fake, kubeconfig = api
     # a fleet file gives the kubeconfig path as text
@@ -132,7 +125,7 @@ async def test_replicas_follow_the_endpoint_slices_and_scaling_patches_the_scale
                                                            ("vllm-7d9f-b", "http://10.0.0.12:8000")]
         assert fake.calls[0][:3] == ("GET", SCALE, {})
         assert fake.calls[1][:3] == ("GET", SLICES, {"labelSelector": "kubernetes.io/service-name=vllm"})
-        await wait_for(lambda: len(fake.calls) >= 3)
+        await wait_until(lambda: len(fake.calls) >= 3)
         assert fake.calls[2][:3] == ("GET", SLICES, {
             "labelSelector": "kubernetes.io/service-name=vllm", "watch": "1", "resourceVersion": "5001",
             "allowWatchBookmarks": "true", "timeoutSeconds": "300"})
@@ -144,7 +137,7 @@ async def test_replicas_follow_the_endpoint_slices_and_scaling_patches_the_scale
 
         fake.slice = endpoint_slice(*fake.slice["endpoints"], endpoint("vllm-7d9f-c", "10.0.0.13", ready=False))
         await fake.events.put({"type": "MODIFIED", "object": fake.slice})
-        await wait_for(lambda: len(actuator.endpoints()) == 3)
+        await wait_until(lambda: len(actuator.endpoints()) == 3)
         assert [h.replica_id for h in await actuator.replicas()] == ["vllm-7d9f-a", "vllm-7d9f-b", "vllm-7d9f-c"]
 
         await actuator.stop_replica("vllm-7d9f-b")
@@ -154,9 +147,9 @@ async def test_replicas_follow_the_endpoint_slices_and_scaling_patches_the_scale
         terminating = endpoint("vllm-7d9f-b", "10.0.0.12", ready=False, terminating=True)
         await fake.events.put({"type": "MODIFIED", "object": endpoint_slice(
             fake.slice["endpoints"][0], terminating, fake.slice["endpoints"][2])})
-        await wait_for(lambda: [h.replica_id for h in actuator.endpoints()] == ["vllm-7d9f-a", "vllm-7d9f-c"])
+        await wait_until(lambda: [h.replica_id for h in actuator.endpoints()] == ["vllm-7d9f-a", "vllm-7d9f-c"])
         await fake.events.put({"type": "DELETED", "object": fake.slice})
-        await wait_for(lambda: actuator.endpoints() == [])
+        await wait_until(lambda: actuator.endpoints() == [])
     finally:
         await actuator.shutdown()
     assert fake.replicas == 2  # shutdown leaves the workload as it is
@@ -180,7 +173,7 @@ async def test_the_loop_keeps_the_pool_in_step_with_the_pods(api):
         assert scaler.fleet_state(6.0).starting == 1  # the placeholder
         fake.slice = endpoint_slice(endpoint("vllm-7d9f-a", "10.0.0.11"))
         await fake.events.put({"type": "MODIFIED", "object": fake.slice})
-        await wait_for(lambda: len(actuator.endpoints()) == 1)
+        await wait_until(lambda: len(actuator.endpoints()) == 1)
         await scaler.reconcile(7.0)
         assert [b.url for b in pool] == ["http://10.0.0.11:8000"]  # the vanished pod left the pool
         assert sorted(scaler.replicas) == ["vllm-7d9f-a", "vllm-scheduling-1"]

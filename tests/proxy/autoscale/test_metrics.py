@@ -3,7 +3,6 @@ decision reason from zero, replicas by state, and an exposition promtool accepts
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import subprocess
 
@@ -13,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from policies.scaling.observe import REASON_LABELS
 from proxy.autoscale import AutoscaleConfig, HoldSettings
 from tests.proxy.autoscale.fleet import TIME_SCALE, autoscaled_proxy
+from tests.waiting import wait_until
 
 # A replica that never becomes ready, so the fleet stays at one starting replica.
 NEVER_READY = "sh -c 'sleep 300' sh"
@@ -28,12 +28,17 @@ async def test_metrics_show_decisions_by_reason_desired_and_replicas_by_state():
                              max_replicas=2, time_scale=TIME_SCALE,
                              hold=HoldSettings(max_wait_s=0.3))
     async with autoscaled_proxy(config) as fleet, aiohttp.ClientSession() as session:
-        await asyncio.sleep(0.2)
+        # the first decision, with no traffic yet, comes before the request
+        await wait_until(lambda: fleet.runtime.autoscaler.decisions, what="the autoscaler's first decision")
         async with session.post(fleet.url + "/v1/completions", json={"model": "m", "prompt": "hi"}) as resp:
             assert resp.status == 503
-        await asyncio.sleep(0.2)
-        async with session.get(fleet.url + "/metrics") as resp:
-            text = await resp.text()
+
+        async def scaled_up() -> str | None:
+            async with session.get(fleet.url + "/metrics") as resp:
+                text = await resp.text()
+            return text if series(text).get(("flotilla_autoscaler_replicas", (("state", "starting"),))) else None
+
+        text = await wait_until(scaled_up, what="a replica starting on /metrics")
     got = series(text)
     for reason in REASON_LABELS:
         assert ("flotilla_autoscaler_decisions_total", (("policy", "seed"), ("reason", reason))) in got
