@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 
 from proxy.autoscale.local import LocalActuator, guess_flavor, resolve_program
+from tests.waiting import wait_until
 
 VLLM_CMD = [sys.executable, "-m", "fake_engines.vllm.cli", "serve", "llama-3.1-8b", "--gpu", "h100",
             "--time-scale", "0.05"]
@@ -94,19 +95,15 @@ async def test_shutdown_kills_helpers_and_replicas_that_ignore_sigterm():
 async def test_a_replica_that_exits_on_its_own_is_reported():
     actuator = LocalActuator(["sh", "-c", "exit 3", "sh"])
     handle = await actuator.start_replica()
-    for _ in range(100):
-        if await actuator.exited():
-            break
-        await asyncio.sleep(0.05)
-    assert await actuator.exited() == [handle.replica_id]
+    assert await wait_until(actuator.exited, what="the replica reported exited") == [handle.replica_id]
     await actuator.shutdown()
 
 
 async def test_replica_output_goes_to_its_log_file(tmp_path):
     actuator = LocalActuator(["sh", "-c", 'echo "listening on $4"', "sh"], log_dir=tmp_path)
     handle = await actuator.start_replica()
-    while not await actuator.exited():  # the command ends on its own once it wrote its line
-        await asyncio.sleep(0.02)
+    # the command ends on its own once it wrote its line
+    await wait_until(actuator.exited, what="the replica's command ended")
     await actuator.shutdown()
     port = handle.url.rsplit(":", 1)[1]
     assert (tmp_path / f"{handle.replica_id}.log").read_text() == f"listening on {port}\n"
