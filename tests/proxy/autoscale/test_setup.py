@@ -15,6 +15,7 @@ from proxy.autoscale.setup import build_policy
 from proxy.config import ConfigError
 from tests.proxy.autoscale.fleet import ENGINE_CMD, TIME_SCALE, autoscaled_proxy
 from tests.proxy.autoscale.test_local import wait_members_gone
+from tests.waiting import wait_until
 
 # seed rule: desired = ceil(rate / (0.8 x 0.5)), decided every 20 s = 1 s real; 60 s cooldown = 3 s real
 POLICY = "seed:capacity_rps=0.5,interval_s=20,scale_down=true,scale_down_cooldown_s=60"
@@ -38,7 +39,7 @@ async def open_loop(session: aiohttp.ClientSession, url: str, body: dict, rps: f
     start, tasks = loop.time(), []
     while not until():
         tasks.append(asyncio.create_task(one_request(session, url, body)))
-        await asyncio.sleep(max(0.0, start + len(tasks) / rps - loop.time()))
+        await asyncio.sleep(max(0.0, start + len(tasks) / rps - loop.time()))  # the load's own pacing
     return tasks
 
 
@@ -54,12 +55,11 @@ async def test_a_load_step_grows_the_fleet_which_shrinks_after_the_cooldown_losi
                 state = scaler.fleet_state(scaler.clock.now_s())
                 peak["ready"] = max(peak["ready"], state.ready)
                 peak["current"] = max(peak["current"], state.current)
-                await asyncio.sleep(0.02)
+                await asyncio.sleep(0.02)  # sampling interval for the whole run, not a wait
 
         watcher = asyncio.create_task(watch())
         loop = asyncio.get_running_loop()
-        while scaler.fleet_state(scaler.clock.now_s()).ready < 1:
-            await asyncio.sleep(0.05)
+        await wait_until(lambda: scaler.fleet_state(scaler.clock.now_s()).ready >= 1, what="the first replica ready")
         step_end = loop.time() + 5.0
         tasks = await open_loop(session, fleet.url, SHORT, 20, lambda: loop.time() > step_end)
         grown = peak["current"]
