@@ -6,17 +6,17 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
-import json
 import time
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from proxy.admin import check_token
+from proxy.admin import check_token, header_bytes
 from proxy.errors import ProxyError
 from proxy.limits import LimitsConfig
-from proxy.ratelimit import RateLimiter, retry_after_header
+from proxy.ratelimit import RateLimiter, client_id, retry_after_header
+from proxy.request_parse import load_json_object
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -29,7 +29,7 @@ def bearer(request: web.Request) -> str | None:
 
 def key_is_valid(given: str | None, keys: tuple[str, ...]) -> bool:
     # Compare against every key so the time taken does not tell which prefix matched.
-    matches = [hmac.compare_digest((given or "").encode(), k.encode()) for k in keys]
+    matches = [hmac.compare_digest(header_bytes(given or ""), k.encode()) for k in keys]
     return given is not None and any(matches)
 
 
@@ -54,12 +54,15 @@ async def check_backend_url(url: object, networks: tuple[Network, ...]) -> None:
     """403 unless every address of `url`'s host lies in `networks`."""
     if not isinstance(url, str):
         return  # the admin API itself answers the missing or malformed url
-    host = urlsplit(url).hostname
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        return  # the admin API itself answers the malformed url
     if not host:
         return
     try:
         addresses = await resolve(host)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a name IDNA cannot encode (an over-long label)
         raise ProxyError(400, f"The backend host {host!r} does not resolve.", param="url") from None
     if not addresses or not all(address_allowed(a, networks) for a in addresses):
         raise ProxyError(403, f"The backend host {host!r} is outside the allowed networks "
@@ -74,8 +77,14 @@ class AccessControl:
         self.limits = limits
         self.admin_token = admin_token
         self.clock = clock
-        self.limiter = RateLimiter(limits.rate_limit_rps, limits.rate_limit_burst, limits.max_rate_limit_keys) \
-            if limits.rate_limit_rps is not None else None
+        self.limiter = self._limiter()
+        self.failed_auth = self._limiter()
+        """Failed key checks per client address: a guesser is slowed to the rate limit too."""
+
+    def _limiter(self) -> RateLimiter | None:
+        lim = self.limits
+        return RateLimiter(lim.rate_limit_rps, lim.rate_limit_burst, lim.max_rate_limit_keys) \
+            if lim.rate_limit_rps is not None else None
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -88,21 +97,37 @@ class AccessControl:
 
     def _check_client(self, request: web.Request) -> None:
         key = bearer(request)
-        if self.limits.api_keys and not key_is_valid(key, self.limits.api_keys):
-            raise ProxyError(401, "A valid API key is required (Authorization: Bearer <key>).",
-                             code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+        address = client_id(request.remote)
+        if self.limits.api_keys:
+            self._check_key(key, address)
         if self.limiter is None:
             return
-        client = key if self.limits.api_keys else (request.remote or "")
-        wait_s = self.limiter.take(client or "", self.clock())
+        wait_s = self.limiter.take(key if self.limits.api_keys else address, self.clock())
         if wait_s > 0:
-            raise ProxyError(429, "Rate limit exceeded for this API key.", code="rate_limit_exceeded",
-                             headers={"Retry-After": retry_after_header(wait_s)})
+            raise rate_limited("Rate limit exceeded for this API key.", wait_s)
+
+    def _check_key(self, key: str | None, address: str) -> None:
+        """401 for a missing or wrong key; with a rate limit set, an address whose failed
+        attempts used up its bucket gets 429 for every request until it refills, right key or
+        not, so guessing runs at the rate limit at most."""
+        if self.failed_auth is not None:
+            wait_s = self.failed_auth.wait_s(address, self.clock())
+            if wait_s > 0:
+                raise rate_limited("Too many requests with a missing or wrong API key from this address.", wait_s)
+        if key_is_valid(key, self.limits.api_keys):
+            return
+        if self.failed_auth is not None:
+            self.failed_auth.take(address, self.clock())
+        raise ProxyError(401, "A valid API key is required (Authorization: Bearer <key>).",
+                         code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
     async def _check_new_backend(self, request: web.Request) -> None:
         try:
-            body = json.loads(await request.read())
-        except ValueError:
+            body = load_json_object(await request.read())
+        except ProxyError:
             return  # the admin API answers the malformed body
-        if isinstance(body, dict):
-            await check_backend_url(body.get("url"), self.limits.networks)
+        await check_backend_url(body.get("url"), self.limits.networks)
+
+
+def rate_limited(message: str, wait_s: float) -> ProxyError:
+    return ProxyError(429, message, code="rate_limit_exceeded", headers={"Retry-After": retry_after_header(wait_s)})

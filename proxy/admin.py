@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -12,11 +13,40 @@ from proxy.errors import ProxyError
 from proxy.pool import Backend, BackendPool
 from proxy.request_parse import load_json_object
 
+MAX_WEIGHT = 1e6
+"""Largest backend weight the admin API takes (a relative capacity: far past any real ratio)."""
+
 
 def backend_json(b: Backend) -> dict:
     return {"url": b.url, "flavor": b.spec.flavor, "weight": b.spec.weight, "state": b.state.value,
             "source": b.source, "models": sorted(b.models), "in_flight": b.in_flight,
             "circuit": b.breaker.state.value}
+
+
+def header_bytes(value: str) -> bytes:
+    """A header value as the bytes that arrived: aiohttp keeps bytes that are not UTF-8 as
+    surrogates, which a plain .encode() refuses."""
+    return value.encode("utf-8", "surrogateescape")
+
+
+def check_backend_body(body: dict) -> None:
+    """400 naming the field for a new backend's JSON of the wrong shape (types only: the values
+    themselves are BackendSpec's to check)."""
+    for name in ("url", "flavor"):
+        if name in body and not isinstance(body[name], str):
+            raise ProxyError(400, f"'{name}' must be a string.", param=name)
+    try:
+        urlsplit(body.get("url", ""))
+    except ValueError as exc:  # e.g. an unclosed IPv6 bracket
+        raise ProxyError(400, f"'url' is not a URL: {exc}.", param="url") from None
+    models = body.get("models")
+    if models is not None and not isinstance(models, str) and not (
+            isinstance(models, list) and all(isinstance(m, str) for m in models)):
+        raise ProxyError(400, "'models' must be a string or an array of strings.", param="models")
+    weight = body.get("weight", 1.0)
+    # Compared, never converted: float() of a 400-digit int overflows; NaN and inf fail the range.
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight <= MAX_WEIGHT:
+        raise ProxyError(400, f"'weight' must be a number in (0, {MAX_WEIGHT:g}].", param="weight")
 
 
 def check_token(request: web.Request, token: str | None) -> None:
@@ -25,7 +55,7 @@ def check_token(request: web.Request, token: str | None) -> None:
                               "(or FLOTILLA_ADMIN_TOKEN).")
     given = request.headers.get("Authorization", "")
     scheme, _, value = given.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
+    if scheme.lower() != "bearer" or not hmac.compare_digest(header_bytes(value.strip()), token.encode()):
         raise ProxyError(401, "A valid bearer token is required.", headers={"WWW-Authenticate": "Bearer"})
 
 
@@ -48,10 +78,13 @@ class AdminApi:
     async def add(self, request: web.Request) -> web.Response:
         check_token(request, self.token)
         body = load_json_object(await request.read())
+        check_backend_body(body)
         try:
             spec = backend_from_mapping(body)
         except ConfigError as exc:
             raise ProxyError(400, str(exc), param=exc.field) from None
+        except (ValueError, TypeError) as exc:  # a shape check_backend_body let through
+            raise ProxyError(400, f"Invalid backend: {exc}") from None
         backend = self.pool.add(spec, source="admin")
         await self.on_added(backend)
         return web.json_response(backend_json(backend), status=201)

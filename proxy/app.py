@@ -21,7 +21,7 @@ from proxy.admission import Admission
 from proxy.config import ProxyConfig
 from proxy.debug import debug_route
 from proxy.dispatch import Dispatcher, Forward
-from proxy.errors import ProxyError, error_response
+from proxy.errors import ProxyError, ThrottledWarning, error_response
 from proxy.health import HealthChecker
 from proxy.http_errors import JsonErrorAppRunner
 from proxy.metrics import RouterMetrics
@@ -32,6 +32,7 @@ from proxy.router import Router
 from proxy.scraper import Scraper
 
 log = logging.getLogger(__name__)
+unexpected_warning = ThrottledWarning(log)
 
 PROXY_KEY: web.AppKey[Proxy] = web.AppKey("proxy")
 
@@ -193,8 +194,12 @@ async def errors_middleware(request: web.Request,
             k: v for k, v in exc.headers.items() if k.lower() == "allow"}), own)
     except (asyncio.CancelledError, ConnectionResetError):
         raise
-    except Exception:
-        log.exception("unexpected error on %s %s", request.method, request.path)
+    except Exception as exc:
+        # One line, at most every few seconds: a request that trips a bug must not let a client
+        # flood the log with tracebacks (the traceback is logged at debug level).
+        unexpected_warning.warning(f"unexpected {type(exc).__name__} on {request.method} {request.path!r}: "
+                                   f"{str(exc)[:200]!r}")
+        log.debug("unexpected error on %s %r", request.method, request.path, exc_info=True)
         return error_response(ProxyError(500, "Internal error in the proxy."), own)
 
 

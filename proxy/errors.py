@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import logging
+import time
+from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
@@ -13,6 +15,7 @@ ERROR_TYPES: dict[int, str] = {
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "timeout_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
     431: "invalid_request_error",
@@ -53,3 +56,29 @@ def sse_error_event(message: str, status: int = 502) -> bytes:
     """The end of a stream that broke mid-way: an error event, then [DONE] (as vLLM does)."""
     payload = json.dumps(error_body(status, message))
     return f"data: {payload}\n\ndata: [DONE]\n\n".encode()
+
+
+class ThrottledWarning:
+    """One warning line at most every `every_s` seconds, saying how many were held back, so no
+    client can flood the log by repeating a request."""
+
+    def __init__(self, logger: logging.Logger, every_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.logger = logger
+        self.every_s = every_s
+        self.clock = clock
+        self.last_s: float | None = None
+        self.held_back = 0
+
+    def warning(self, message: str) -> bool:
+        """Log `message` (flattened to one line) unless one went out recently; True if it did."""
+        now = self.clock()
+        if self.last_s is not None and now - self.last_s < self.every_s:
+            self.held_back += 1
+            return False
+        line = " ".join(message.split())
+        if self.held_back:
+            line += f" ({self.held_back} more like it in the last {now - self.last_s:.0f} s)"
+        self.logger.warning("%s", line)
+        self.last_s, self.held_back = now, 0
+        return True

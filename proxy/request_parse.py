@@ -11,6 +11,9 @@ from policies.routing.base import RequestInfo
 from proxy.errors import ProxyError
 
 JSON_TYPES = ("application/json",)
+MAX_JSON_DEPTH = 64
+"""Arrays and objects nested deeper than this are refused (no OpenAI field needs more, and the
+engines parse the same body again)."""
 
 
 @dataclass(frozen=True)
@@ -35,17 +38,57 @@ def load_json_object(raw: bytes) -> dict:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProxyError(400, f"The request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ProxyError(400, f"The request body nests arrays or objects deeper than {MAX_JSON_DEPTH} levels.") \
+            from None
     if not isinstance(body, dict):
         raise ProxyError(400, "The request body must be a JSON object.")
+    check_json_tree(body)
     return body
 
 
-def _content_text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # multimodal parts: only the text parts reach the prefix cache
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return ""
+def check_json_tree(value: object) -> None:
+    """400 for nesting deeper than MAX_JSON_DEPTH and for non-finite numbers (`1e400` parses as
+    infinity, `NaN` is no JSON at all), naming where the first one is. Iterative: no recursion to
+    exhaust."""
+    stack: list[tuple[object, str, int]] = [(value, "", 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ProxyError(400, f"'{path}' must be a finite number.", param=path or None)
+        if not isinstance(item, (dict, list)):
+            continue
+        if depth >= MAX_JSON_DEPTH:
+            raise ProxyError(400, f"The request body nests arrays or objects deeper than {MAX_JSON_DEPTH} levels.",
+                             param=path or None)
+        children = item.items() if isinstance(item, dict) else enumerate(item)
+        for key, child in children:
+            if isinstance(child, (dict, list, float)):
+                stack.append((child, _child_path(path, key), depth + 1))
+
+
+def _child_path(path: str, key: object) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else str(key)
+
+
+def _content_text(content: object, where: str) -> str:
+    """A message's text: a string, null (an assistant turn with tool calls only), or an array of
+    parts whose text parts reach the prefix cache."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        raise ProxyError(400, f"'{where}' must be a string, an array of content parts or null.", param=where)
+    texts = []
+    for j, part in enumerate(content):
+        if not isinstance(part, dict):
+            raise ProxyError(400, f"'{where}[{j}]' must be an object.", param=f"{where}[{j}]")
+        if "text" in part:
+            if not isinstance(part["text"], str):
+                raise ProxyError(400, f"'{where}[{j}].text' must be a string.", param=f"{where}[{j}].text")
+            texts.append(part["text"])
+    return "".join(texts)
 
 
 def render_chat(messages: object) -> str:
@@ -53,10 +96,12 @@ def render_chat(messages: object) -> str:
     if not isinstance(messages, list) or not messages:
         raise ProxyError(400, "'messages' must be a non-empty array.", param="messages")
     parts = []
-    for m in messages:
+    for i, m in enumerate(messages):
         if not isinstance(m, dict) or "role" not in m:
             raise ProxyError(400, "Each message must be an object with a 'role'.", param="messages")
-        parts.append(f"<|{m['role']}|>{_content_text(m.get('content'))}")
+        if not isinstance(m["role"], str):
+            raise ProxyError(400, f"'messages[{i}].role' must be a string.", param=f"messages[{i}].role")
+        parts.append(f"<|{m['role']}|>{_content_text(m.get('content'), f'messages[{i}].content')}")
     return "\n".join(parts)
 
 
@@ -72,13 +117,29 @@ def _prompt(prompt: object) -> tuple[str | None, tuple[int, ...] | None]:
     raise ProxyError(400, "'prompt' must be a string, an array of strings or of token ids.", param="prompt")
 
 
+MAX_TOKENS_LIMIT = 2**31 - 1
+"""Largest max_tokens taken (no engine has a context near it; bigger ints overflow float maths)."""
+
+
 def _max_tokens(body: Mapping) -> int | None:
-    value = body.get("max_completion_tokens", body.get("max_tokens"))
+    name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    value = body.get(name)
     if value is None:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ProxyError(400, f"'max_tokens' must be a positive integer, got {value!r}.", param="max_tokens")
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_TOKENS_LIMIT:
+        raise ProxyError(400, f"'{name}' must be a positive integer up to {MAX_TOKENS_LIMIT}, got {value!r}.",
+                         param=name)
     return value
+
+
+def _check_stream_options(options: object) -> None:
+    if options is None:
+        return
+    if not isinstance(options, dict):
+        raise ProxyError(400, "'stream_options' must be an object.", param="stream_options")
+    if not isinstance(options.get("include_usage", False), bool):
+        raise ProxyError(400, "'stream_options.include_usage' must be a boolean.",
+                         param="stream_options.include_usage")
 
 
 def parse_request(body: dict, chat: bool, headers: Mapping[str, str], session_header: str,
@@ -90,6 +151,7 @@ def parse_request(body: dict, chat: bool, headers: Mapping[str, str], session_he
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise ProxyError(400, "'stream' must be a boolean.", param="stream")
+    _check_stream_options(body.get("stream_options"))
     if chat:
         text, ids = render_chat(body.get("messages")), None
     elif "prompt" not in body:

@@ -4,6 +4,7 @@ address, and the allow-list for backends registered through the admin API."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 
 import aiohttp
 import pytest
@@ -118,3 +119,42 @@ async def test_the_allow_list_takes_other_networks_when_configured():
         await check_backend_url("http://127.0.0.1:8000", nets)
     assert err.value.status == 403
     assert address_allowed("::ffff:10.0.0.1", nets)
+
+
+async def test_wrong_key_guesses_past_the_burst_get_429_from_that_address_only(fake_backend, proxy_for):
+    b = await fake_backend()
+    p = await proxy_for([b], limits=LimitsConfig(api_keys=("right",), rate_limit_rps=1.0, rate_limit_burst=5))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    statuses = []
+    async with aiohttp.ClientSession() as s:
+        for i in range(200):
+            async with s.post(p.url + "/v1/completions", json=BODY, headers={"Authorization": f"Bearer guess{i}"}) as r:
+                statuses.append(r.status)
+                if r.status == 429:
+                    limited = r.headers["Retry-After"], (await r.json())["error"]["code"]
+        refilled = int(loop.time() - started) + 1  # tokens back at 1/s while guessing
+        # While the address is limited even the right key gets 429: guessing cannot find it.
+        async with s.post(p.url + "/v1/completions", json=BODY, headers={"Authorization": "Bearer right"}) as r:
+            right_key_status = r.status
+    assert statuses[:5] == [401] * 5 and set(statuses) == {401, 429}
+    assert statuses.count(429) >= 200 - 5 - refilled
+    assert limited == ("1", "rate_limit_exceeded")
+    assert right_key_status == 429
+    # Another address with the right key is served.
+    connector = aiohttp.TCPConnector(local_addr=("127.0.0.2", 0))
+    async with aiohttp.ClientSession(connector=connector) as s, \
+            s.post(p.url + "/v1/completions", json=BODY, headers={"Authorization": "Bearer right"}) as r:
+        assert r.status == 200
+
+
+async def test_a_key_with_bytes_that_are_not_utf8_is_401_not_500(fake_backend, proxy_for):
+    b = await fake_backend()
+    p = await proxy_for([b], limits=LimitsConfig(api_keys=("k1",)), admin_token=TOKEN)
+    for path, method in (("/v1/completions", "POST"), ("/admin/backends", "GET")):
+        reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+        writer.write(f"{method} {path} HTTP/1.1\r\nHost: p\r\nContent-Length: 2\r\nConnection: close\r\n".encode()
+                     + b"Authorization: Bearer \xff\xfe\x80\r\n\r\n{}")
+        answer = await asyncio.wait_for(reader.read(), 30)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 401 "), answer

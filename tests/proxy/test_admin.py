@@ -55,3 +55,30 @@ async def test_added_backend_takes_traffic_and_removed_one_drains_out(
             assert r.status == 400 and (await r.json())["error"]["param"] == "url"
         async with s.delete(p.url + "/admin/backends", headers=AUTH, json={"url": "http://127.0.0.1:9"}) as r:
             assert r.status == 404
+
+
+async def test_a_new_backend_of_the_wrong_shape_is_400_naming_the_field(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    b = await fake_backend()
+    p = await proxy_for([b], admin_token=TOKEN)
+    url = "http://127.0.0.1:9"
+    cases = [
+        (b'{"url": "%s", "weight": "x"}' % url.encode(), "weight"),
+        (b'{"url": "%s", "weight": 1e400}' % url.encode(), "weight"),  # parses as infinity
+        (b'{"url": "%s", "weight": NaN}' % url.encode(), "weight"),
+        (b'{"url": "%s", "weight": true}' % url.encode(), "weight"),
+        (b'{"url": "%s", "weight": 1%s}' % (url.encode(), b"0" * 400), "weight"),  # float() would overflow
+        (b'{"url": "%s", "models": [1, 2]}' % url.encode(), "models"),
+        (b'{"url": "%s", "flavor": 3}' % url.encode(), "flavor"),
+        (b'{"url": 5}', "url"),
+        (b'{"url": "http://[::1"}', "url"),
+    ]
+    async with aiohttp.ClientSession() as s:
+        for body, param in cases:
+            async with s.post(p.url + "/admin/backends", data=body, headers=AUTH) as r:
+                assert r.status == 400, body
+                assert (await r.json())["error"]["param"] == param, body
+        nested = b'{"url": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+        async with s.post(p.url + "/admin/backends", data=nested, headers=AUTH) as r:
+            assert r.status == 400
+    assert len(p.proxy.pool) == 1

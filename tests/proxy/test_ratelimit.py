@@ -38,3 +38,12 @@ def test_least_recently_seen_keys_are_forgotten_past_max_keys():
 
 def test_retry_after_is_whole_seconds_rounded_up_at_least_one():
     assert [retry_after_header(s) for s in (0.01, 1.0, 1.2, 7.9)] == ["1", "1", "2", "8"]
+
+
+def test_waiting_time_can_be_read_without_spending_a_token():
+    rl = RateLimiter(rate_per_s=2.0, burst=1.0, max_keys=10)
+    assert rl.wait_s("a", 0.0) == 0.0 and "a" not in rl.buckets  # an unseen key has a full bucket
+    rl.take("a", 0.0)
+    assert rl.wait_s("a", 0.0) == 0.5
+    assert rl.wait_s("a", 0.0) == 0.5  # looking spent nothing
+    assert rl.wait_s("a", 0.5) == 0.0

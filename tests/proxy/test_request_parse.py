@@ -1,7 +1,7 @@
 import pytest
 
 from proxy.errors import ProxyError
-from proxy.request_parse import check_content_type, load_json_object, parse_request, render_chat
+from proxy.request_parse import MAX_JSON_DEPTH, check_content_type, load_json_object, parse_request, render_chat
 
 
 def parse(body: dict, chat: bool = False, headers: dict | None = None, adapters: frozenset = frozenset()):
@@ -36,6 +36,17 @@ def test_session_header_wins_over_the_user_field_and_token_ids_count_exactly() -
     ({"prompt": "x", "stream": "yes"}, False, "stream"),
     ({"prompt": "x", "max_tokens": -5}, False, "max_tokens"),
     ({"prompt": {"a": 1}}, False, "prompt"),
+    ({"prompt": "x", "max_tokens": 2**40}, False, "max_tokens"),
+    ({"prompt": "x", "max_completion_tokens": "8"}, False, "max_completion_tokens"),
+    ({"prompt": "x", "stream": True, "stream_options": "usage"}, False, "stream_options"),
+    ({"prompt": "x", "stream": True, "stream_options": [1]}, False, "stream_options"),
+    ({"prompt": "x", "stream_options": {"include_usage": "yes"}}, False, "stream_options.include_usage"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}, True, "messages[0].content[0].text"),
+    ({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": [{"type": "text", "text": None}]}]},
+     True, "messages[1].content[0].text"),
+    ({"messages": [{"role": "user", "content": ["text"]}]}, True, "messages[0].content[0]"),
+    ({"messages": [{"role": "user", "content": 7}]}, True, "messages[0].content"),
+    ({"messages": [{"role": ["user"], "content": "hi"}]}, True, "messages[0].role"),
 ])
 def test_bad_fields_are_400_naming_the_field(body: dict, chat: bool, param: str) -> None:
     with pytest.raises(ProxyError) as exc:
@@ -43,11 +54,37 @@ def test_bad_fields_are_400_naming_the_field(body: dict, chat: bool, param: str)
     assert exc.value.status == 400 and exc.value.param == param
 
 
-@pytest.mark.parametrize("raw", [b"", b"{bad", b"[1, 2]", b"\xff\xfe"])
+@pytest.mark.parametrize("raw", [b"", b"{bad", b"[1, 2]", b"\xff\xfe", b'{"a": ' + b"[" * 100_000])
 def test_bodies_that_are_not_a_json_object_are_400(raw: bytes) -> None:
     with pytest.raises(ProxyError) as exc:
         load_json_object(raw)
     assert exc.value.status == 400
+
+
+@pytest.mark.parametrize("raw,param", [
+    (b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}", None),  # past the interpreter's recursion limit
+    (b'{"a": ' + b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1) + b"}", "a" + "[0]" * (MAX_JSON_DEPTH - 1)),
+    (b'{"temperature": 1e400}', "temperature"),
+    (b'{"messages": [{"x": [1, -Infinity]}]}', "messages[0].x[1]"),
+    (b'{"top_p": NaN}', "top_p"),
+])
+def test_deep_nesting_and_numbers_that_are_not_finite_are_400_naming_where(raw: bytes, param: str | None) -> None:
+    with pytest.raises(ProxyError) as exc:
+        load_json_object(raw)
+    assert exc.value.status == 400 and exc.value.param == param
+
+
+def test_nesting_up_to_the_limit_and_large_flat_arrays_are_fine() -> None:
+    depth = MAX_JSON_DEPTH - 1  # the body object itself is the first level
+    assert load_json_object(b'{"a": ' + b"[" * depth + b"]" * depth + b"}")
+    assert len(load_json_object(b'{"prompt": [%s]}' % b", ".join([b"1"] * 100_000))["prompt"]) == 100_000
+
+
+def test_content_parts_without_text_and_null_content_are_fine() -> None:
+    text = render_chat([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}},
+                                                     {"type": "text", "text": "hi"}]},
+                        {"role": "assistant", "content": None, "tool_calls": []}])
+    assert text == "<|user|>hi\n<|assistant|>"
 
 
 def test_content_types_other_than_json_are_415() -> None:
