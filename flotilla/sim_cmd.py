@@ -18,6 +18,8 @@ examples:
       --policy round-robin --policy least-outstanding
   flotilla sim --trace tests/data/seed/example16.jsonl --engine vllm --replicas 4 \\
       --block-size 8 --num-gpu-blocks-override 100000 --policy session-affinity:home=modulo
+  flotilla sim --fleet proxy/fleet.default.yaml --synthetic poisson:rate=0.2,duration=500,system=1000 \\
+      --policy prefix-aware --policy prefix-capacity
 """
 
 # flags, spelled as fake-vllm serve / fake-llama-server spell them -> (scheduler config field,
@@ -45,6 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", help="trace format when it cannot be recognised from the file")
     p.add_argument("--max-requests", type=int, help="stop after this many requests of the workload")
     p.add_argument("--replicas", type=int, default=4, help="engine replicas behind the router (default 4)")
+    p.add_argument("--fleet", metavar="FILE", help="the engines of a `flotilla up` fleet file, weighed as it weighs "
+                   "them, instead of --replicas copies of --engine (default --policy: the file's)")
     p.add_argument("--engine", choices=("vllm", "llamacpp", "fixed"), default="vllm",
                    help="engine model: full vLLM, full llama.cpp, or fixed (one request at a time for "
                         "the trace's service_time_s)")
@@ -115,17 +119,33 @@ def _spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
                       catalogue_files=tuple(args.catalogue), quant=args.quant)
 
 
+def _fleet(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The `flotilla up` fleet of --fleet, or None."""
+    if not args.fleet:
+        return None
+    if args.autoscale:
+        raise ValueError("--fleet simulates the fleet at its starting size; --autoscale needs --engine and --replicas")
+    from pathlib import Path
+
+    from proxy.fleetfile import load_up_fleet
+
+    return load_up_fleet(Path(args.fleet))
+
+
 def run(args: argparse.Namespace) -> int:
     from loadgen.stats import parse_slo
+    from sim.build import up_fleet_replicas
     from sim.report import comparison_table
     from sim.run import compare
 
-    policies = args.policy or ["round-robin"]
     slo = parse_slo(args.slo) if args.slo else None
     try:
+        fleet = _fleet(args)
+        policies = args.policy or ([fleet.policy] if fleet else ["round-robin"])
         runs = len(policies) * max(1, len(args.autoscale))
         results = compare(_workload(args, runs), _spec(args), args.replicas, policies, args.seed,
-                          args.scrape_interval, slo, args.autoscale, args.cold_start)
+                          args.scrape_interval, slo, args.autoscale, args.cold_start,
+                          up_fleet_replicas(fleet, args.seed) if fleet else None)
     except (ValueError, KeyError, OSError) as exc:  # a bad trace or flag: one line, no traceback
         print(f"flotilla sim: error: {exc}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ by its path in the file, e.g. ``engines[1].replicas``. See docs/fleet-file.md.
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import sys
 from collections.abc import Mapping
@@ -59,6 +60,9 @@ class EngineGroup:
     """Modelled seconds run in time_scale real seconds (0.05: 20x faster); cold starts too."""
     load_gbps: float = 5.0
     """Weight loading bandwidth in GB/s; with time_scale it sets how fast a replica starts."""
+    weight: float | None = None
+    """Capacity of one replica for routing (`BackendSpec.weight`); None: its modelled requests
+    per second when full (`capacity_weight`)."""
 
     def check(self, where: str) -> None:
         if self.flavor not in ENGINE_FLAVORS:
@@ -78,6 +82,8 @@ class EngineGroup:
         for key in ("time_scale", "load_gbps"):
             if not getattr(self, key) > 0:
                 raise ConfigError(f"{where}.{key}", getattr(self, key), "must be > 0")
+        if self.weight is not None and not self.weight > 0:
+            raise ConfigError(f"{where}.weight", self.weight, "must be > 0")
         self._check_catalogue(where)
 
     def _check_catalogue(self, where: str) -> None:
@@ -96,6 +102,12 @@ class EngineGroup:
                               f"is not in the catalogue ({', '.join(sorted(catalogue.models))})")
         if self.flavor == "llamacpp" and self.quant.upper() not in QUANT_BITS:
             raise ConfigError(f"{where}.quant", self.quant, f"must be one of {', '.join(QUANT_BITS)}")
+
+    def capacity_weight(self) -> float:
+        """`weight`, else what one replica can do as the capacity model has it: reference
+        requests per second when full (fake_engines.capacity), so routing weighs an H100 vLLM
+        replica about 17 times an RTX 4090 llama-server one. 1 when the engine cannot be sized."""
+        return self.weight if self.weight is not None else _modelled_weight(tuple(self.command(port=0)))
 
     def command(self, port: int, seed: int = 0, host: str = "127.0.0.1") -> list[str]:
         """The look-alike engine's command line for one replica listening on `port`."""
@@ -126,7 +138,7 @@ class AutoscalerSection:
         Its clock runs at the engines' time scale, so windows and cold starts stay in proportion."""
         section: dict[str, object] = {"actuator": "local", "time_scale": group.time_scale, **self.settings}
         section.update(engine_cmd=without_address(group.command(port=0)), flavor=group.flavor,
-                       min=group.min_replicas, max=group.max_replicas)
+                       min=group.min_replicas, max=group.max_replicas, weight=group.capacity_weight())
         if log_dir is not None:
             section["engine_log_dir"] = str(log_dir)
         return section
@@ -137,7 +149,7 @@ class AutoscalerSection:
         if self.settings.get("actuator", "local") not in ACTUATORS:
             raise ConfigError("autoscaler.actuator", self.settings["actuator"],
                               f"flotilla up runs the {' or '.join(ACTUATORS)} actuator only")
-        for key in ("engine_cmd", "flavor", "min", "max", "min_replicas", "max_replicas"):
+        for key in ("engine_cmd", "flavor", "min", "max", "min_replicas", "max_replicas", "weight"):
             if key in self.settings:
                 raise ConfigError(f"autoscaler.{key}", self.settings[key], "is set by the scaled engine group")
         from policies.scaling import create_policy
@@ -149,6 +161,16 @@ class AutoscalerSection:
             raise ConfigError(name, exc.value, exc.reason) from None
         except ValueError as exc:  # an unknown policy name or a bad policy key
             raise ConfigError("autoscaler.policy", self.settings.get("policy"), str(exc)) from None
+
+
+@functools.lru_cache(maxsize=64)
+def _modelled_weight(command: tuple[str, ...]) -> float:
+    from fake_engines.capacity import capacity_rps, engine_config
+
+    try:
+        return round(capacity_rps(engine_config(command)), 2) or 1.0
+    except (ValueError, RuntimeError):  # the engine refuses these flags; it says why at start
+        return 1.0
 
 
 def without_address(argv: list[str]) -> list[str]:
@@ -246,7 +268,8 @@ def _typed(where: str, key: str, value: object, kind: type) -> object:
 
 _ENGINE_KINDS = {"flavor": str, "model": str, "gpu": str, "name": str, "quant": str, "tensor_parallel": int,
                  "pipeline_parallel": int, "gpu_layers": int, "parallel": int, "ctx_size": int, "replicas": int,
-                 "min_replicas": int, "max_replicas": int, "time_scale": float, "load_gbps": float}
+                 "min_replicas": int, "max_replicas": int, "time_scale": float, "load_gbps": float,
+                 "weight": float}
 
 
 def _engine(data: object, index: int) -> EngineGroup:

@@ -126,11 +126,13 @@ def descendants_of(pid: int) -> list[int]:
     return out
 
 
-def proxy_fleet_file(fleet: UpFleet, backends: list[tuple[str, str]], log_dir: Path) -> dict[str, object]:
-    """What `flotilla proxy --config` reads: the policy, the started engines as backends and,
-    when one group is autoscaled, the proxy's `autoscaler:` section for it."""
-    data: dict[str, object] = {"proxy": {"policy": fleet.policy,
-                                         "backends": [{"url": url, "flavor": f} for f, url in backends]}}
+def proxy_fleet_file(fleet: UpFleet, backends: list[tuple[str, str, str]], log_dir: Path) -> dict[str, object]:
+    """What `flotilla proxy --config` reads: the policy, the started engines as backends
+    (flavor, url, group name) weighed by their group's capacity and, when one group is
+    autoscaled, the proxy's `autoscaler:` section for it."""
+    weights = {g.name: g.capacity_weight() for g in fleet.engines}
+    data: dict[str, object] = {"proxy": {"policy": fleet.policy, "backends": [
+        {"url": url, "flavor": f, "weight": weights[name]} for f, url, name in backends]}}
     group = fleet.scaled_group()
     if fleet.autoscaler is not None and group is not None:
         data["autoscaler"] = fleet.autoscaler.for_proxy(group, log_dir / group.name)
@@ -171,7 +173,7 @@ class Fleet:
         for group in self.spec.engines:
             if group is not scaled:
                 await self._start_group(group, group.replicas)
-        backends = [(m.actuator.flavor, m.handle.url) for m in self.engines]
+        backends = [(m.actuator.flavor, m.handle.url, m.name.split("/")[0]) for m in self.engines]
         config = self.log_dir / "proxy-fleet.yaml"
         config.write_text(yaml.safe_dump(proxy_fleet_file(self.spec, backends, self.log_dir), sort_keys=False))
         actuator = LocalActuator(proxy_command(config, self.instance), flavor="openai",

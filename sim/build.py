@@ -6,6 +6,7 @@ real perf model's step times; this module only wires them up.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any
@@ -158,3 +159,54 @@ def job_factory(spec: EngineSpec, builder: PromptBuilder | None = None) -> JobFa
         return job
 
     return make
+
+
+@dataclass(frozen=True)
+class FleetReplicas:
+    """Unlike replicas in the order a proxy lists them, with their capacity weights."""
+
+    make_replica: ReplicaFactory
+    count: int
+    weights: tuple[float, ...]
+    """`BackendView.weight` of replica i."""
+
+
+def up_fleet_replicas(fleet: Any, seed: int = 0) -> FleetReplicas:
+    """The engines `flotilla up` starts for `fleet` (a proxy.fleetfile.UpFleet), each built from
+    the very command line it would run: the fixed groups' replicas in file order, which the proxy
+    lists first, then the `replicas` of the group its autoscaler owns (started with the proxy,
+    listed after). The autoscaler itself is not simulated: the fleet stays this size."""
+    from fake_engines.capacity import engine_config
+
+    scaled = fleet.scaled_group()
+    groups = [g for g in fleet.engines if g is not scaled] + ([scaled] if scaled is not None else [])
+    members = [g for g in groups for _ in range(g.replicas)]
+    configs = [engine_config(g.command(port=0, seed=seed + i)) for i, g in enumerate(members)]
+
+    def make(index: int, listener: Listener) -> CoreReplica:
+        return config_replica(configs[index], index, listener)
+
+    return FleetReplicas(make, len(members), tuple(g.capacity_weight() for g in members))
+
+
+def config_replica(config: Any, index: int, listener: Listener) -> CoreReplica:
+    """A replica of one look-alike engine config (VllmServeConfig or LlamaServerConfig), built
+    as the engine builds itself; vLLM keys its prefix blocks with SIM_HASH_ALGO."""
+    from fake_engines.vllm.config import VllmServeConfig
+
+    queue = getattr(listener, "queue", None)
+    if isinstance(config, VllmServeConfig):
+        from fake_engines.vllm import engine as vllm
+
+        config = dataclasses.replace(config, prefix_caching_hash_algo=SIM_HASH_ALGO)
+        sized = vllm.size_engine(config)
+        step_time = vllm.step_time_fn(config, sized)
+        core: Any = vllm.build_scheduler(config, sized)
+    else:
+        from fake_engines.llamacpp import engine as llama
+        from fake_engines.llamacpp.model import load_model
+
+        model = load_model(config.model)
+        step_time = llama.step_time_fn(llama.size_engine(config, model))
+        core = llama.build_scheduler(config, model)
+    return CoreReplica(index, core, step_time, listener, queue=queue, decode_run_time=stepwise_run_time(step_time))

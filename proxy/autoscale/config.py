@@ -60,6 +60,8 @@ class AutoscaleConfig:
     docker: the command inside the container (optional)."""
     flavor: str | None = None
     """vllm, llamacpp or openai; default guessed from engine_cmd, else vllm."""
+    weight: float = 1.0
+    """Capacity weight of every replica it starts (`BackendSpec.weight`, read by routing)."""
     min_replicas: int | None = None
     """Floor; None keeps the policy spec's (default 1)."""
     max_replicas: int | None = None
@@ -92,6 +94,8 @@ class AutoscaleConfig:
             raise ConfigError("actuator", self.actuator, f"must be one of {', '.join(ACTUATORS)}")
         if self.flavor is not None and self.flavor not in FLAVORS:
             raise ConfigError("flavor", self.flavor, f"must be one of {', '.join(FLAVORS)}")
+        if isinstance(self.weight, bool) or not isinstance(self.weight, int | float) or not 0 < self.weight < float("inf"):
+            raise ConfigError("weight", self.weight, "must be a number > 0")
         if self.actuator == "local" and not (self.engine_cmd and shlex.split(self.engine_cmd)):
             raise ConfigError("engine_cmd", self.engine_cmd, "the local actuator needs the engine command line")
         for name in ("interval_s", "sample_interval_s"):

@@ -92,6 +92,8 @@ class LoopSettings:
     """Real seconds between the graceful stop of a drained replica and a forced one."""
     cold_start_s: float | None = None
     """Cold start assumed before one is measured; None: the policy's `cold_start_s`, else 60 s."""
+    weight: float = 1.0
+    """Capacity weight of the replicas it adds to the pool (`BackendSpec.weight`)."""
 
 
 @dataclass
@@ -251,12 +253,14 @@ class Autoscaler:
                 self._track(handle, launches.pop(0) if launches else now, adopted=not launches)
             elif handle.url and self.replicas[handle.replica_id].handle.url != handle.url:
                 self.replicas[handle.replica_id].handle = handle
-                self.pool.add(BackendSpec(url=handle.url, flavor=self.actuator.flavor), source="autoscaler")
+                self.pool.add(BackendSpec(url=handle.url, flavor=self.actuator.flavor, weight=self.settings.weight),
+                              source="autoscaler")
 
     def _track(self, handle: ReplicaHandle, started_at_s: float, adopted: bool = False) -> None:
         self.replicas[handle.replica_id] = ManagedReplica(handle, started_at_s, adopted=adopted)
         if handle.url:
-            self.pool.add(BackendSpec(url=handle.url, flavor=self.actuator.flavor), source="autoscaler")
+            self.pool.add(BackendSpec(url=handle.url, flavor=self.actuator.flavor, weight=self.settings.weight),
+                          source="autoscaler")
 
     # --- acting ------------------------------------------------------------------------------
 

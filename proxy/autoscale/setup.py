@@ -103,7 +103,8 @@ class AutoscaleRuntime:
         else:
             source = PoolSignals(self.pool, self.arrivals, ttft_histogram, held=held)
         settings = LoopSettings(sample_interval_s=self.config.sample_interval_s,
-                                drain_timeout_s=self.config.drain_timeout_s, stop_grace_s=self.config.stop_grace_s)
+                                drain_timeout_s=self.config.drain_timeout_s, stop_grace_s=self.config.stop_grace_s,
+                                weight=self.config.weight)
         self.autoscaler = Autoscaler(self.policy, build_actuator(self.config), self.pool, source,
                                      ScaledClock(self.config.time_scale), settings, self.metrics)
         self.task = asyncio.create_task(self.autoscaler.run())

@@ -62,7 +62,20 @@ def test_autoscaler_scales_the_group_whose_min_differs_from_max() -> None:
     assert (section["flavor"], section["time_scale"]) == ("vllm", 1.0)
 
 
+def test_each_group_is_weighed_by_its_modelled_capacity_unless_its_weight_is_given() -> None:
+    vllm, llama = load_up_fleet().engines
+    # an H100 vLLM replica runs hundreds of sequences where the RTX 4090 llama-server runs 4 slots
+    assert 10 < vllm.capacity_weight() / llama.capacity_weight() < 30
+    fleet = parse_up_fleet("engines:\n  - {flavor: vllm, model: llama-3.2-1b, weight: 2.5, min: 1, max: 2}\n"
+                           "autoscaler: {policy: 'seed:capacity_rps=4'}\n")
+    assert fleet.engines[0].capacity_weight() == 2.5
+    assert fleet.autoscaler.for_proxy(fleet.scaled_group())["weight"] == 2.5  # replicas it starts
+
+
 @pytest.mark.parametrize(("text", "field"), [
+    ("engines:\n  - {flavor: vllm, model: llama-3.2-1b, weight: 0}\n", "engines[0].weight"),
+    ("engines:\n  - {flavor: vllm, model: llama-3.2-1b, weight: heavy}\n", "engines[0].weight"),
+    (ENGINE + "autoscaler: {weight: 3}\n", "autoscaler.weight"),
     ("engines: []\n", "engines"),
     ("engines:\n  - {model: llama-3.2-1b}\n", "engines[0].flavor"),
     ("engines:\n  - {flavor: sglang, model: llama-3.2-1b}\n", "engines[0].flavor"),

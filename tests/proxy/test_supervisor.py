@@ -16,8 +16,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from proxy.fleetfile import parse_up_fleet
-from proxy.supervisor import Fleet, FleetError, descendants_of, wait_ready
+from proxy.fleetfile import load_up_fleet, parse_up_fleet
+from proxy.supervisor import Fleet, FleetError, descendants_of, proxy_fleet_file, wait_ready
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, uses prctl")
 
@@ -119,3 +119,12 @@ async def test_another_server_on_the_port_is_never_taken_for_the_proxy(tmp_path:
     # whichever it sees first: the impostor's answer or its own proxy's failed bind
     assert (message.startswith(f"another server answers on port {port}, not the proxy flotilla up started")
             or re.match(rf"proxy exited while starting: flotilla proxy: .*\b{port}\b", message)), message
+
+
+def test_the_proxys_fleet_file_weighs_every_backend_by_its_groups_capacity(tmp_path: Path) -> None:
+    fleet = load_up_fleet()
+    vllm, llama = fleet.engines
+    data = proxy_fleet_file(fleet, [("llamacpp", "http://127.0.0.1:9001", "llama")], tmp_path)
+    assert data["proxy"]["backends"] == [
+        {"url": "http://127.0.0.1:9001", "flavor": "llamacpp", "weight": llama.capacity_weight()}]
+    assert data["autoscaler"]["weight"] == vllm.capacity_weight()  # the vLLM replicas its autoscaler starts

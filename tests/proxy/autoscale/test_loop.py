@@ -47,6 +47,17 @@ async def test_the_first_decision_starts_min_replicas_as_starting_backends():
         await scaler.shutdown()
 
 
+async def test_the_replicas_it_starts_join_the_pool_with_the_configured_capacity_weight():
+    pool = BackendPool()
+    scaler = Autoscaler(create_policy("seed:min_replicas=1"), LocalActuator(SLEEPER), pool,
+                        PoolSignals(pool, ArrivalCounter()), ScaledClock(0.01), LoopSettings(stop_grace_s=1.0, weight=3.5))
+    try:
+        await scaler.tick()
+        assert [b.spec.weight for b in scaler.pool] == [3.5]
+    finally:
+        await scaler.shutdown()
+
+
 async def test_a_loading_replica_is_never_drained():
     scaler = scaler_for("seed")
     try:

@@ -117,6 +117,8 @@ def test_flags_and_fleet_file_build_the_config(tmp_path):
     ({"engine_cmd": "x", "time_scale": 0}, "time_scale"),
     ({"engine_cmd": "x", "colour": "red"}, "autoscaler.colour"),
     ({"engine_cmd": "x", "flavor": "tgi"}, "flavor"),
+    ({"engine_cmd": "x", "weight": 0}, "weight"),
+    ({"engine_cmd": "x", "weight": "heavy"}, "weight"),
 ])
 def test_bad_settings_name_the_field(raw, field):
     with pytest.raises(ConfigError) as info:
