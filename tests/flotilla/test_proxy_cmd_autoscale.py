@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -12,6 +11,8 @@ import time
 import urllib.request
 
 import pytest
+
+from tests.waiting import wait_until_sync
 
 
 def _free_port() -> int:
@@ -59,7 +60,16 @@ def test_autoscale_flags_start_a_replica_from_zero_and_sigterm_leaves_no_engine(
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
-    time.sleep(0.5)
-    alive = [p for p in engines if os.path.exists(f"/proc/{p}") and
-             open(f"/proc/{p}/stat").read().split()[2] != "Z"]
-    assert alive == []
+    wait_until_sync(lambda: _alive(engines) == [], what=f"the engines {engines} gone after the proxy's exit")
+
+
+def _alive(pids: list[int]) -> list[int]:
+    """The pids still running (neither gone nor a zombie)."""
+    alive = []
+    for pid in pids:
+        try:
+            if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+                alive.append(pid)
+        except OSError:
+            pass
+    return alive

@@ -11,6 +11,7 @@ from flotilla.testing.spec import FleetSpec
 from loadgen.results import RequestRecord
 from loadgen.trace import TraceRequest
 from policies.routing.registry import UnknownPolicyError
+from tests.waiting import wait_until
 
 # four requests two replicas apart: round-robin puts 0 and 2 on replica 0, 1 and 3 on replica 1
 REQUESTS = [TraceRequest(timestamp_s=0.5 * i, input_length=200, output_length=6) for i in range(4)]
@@ -56,5 +57,5 @@ async def test_close_stops_every_server_and_a_failed_start_leaves_none_running()
     with pytest.raises(UnknownPolicyError):
         await LiveFleet.start(FleetSpec(engines=2, policy="fastest"))
     # the two engines started before the proxy refused the policy are stopped, drivers and all
-    await asyncio.sleep(0)
-    assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
+    await wait_until(lambda: [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == [], poll_s=0,
+                     what="no task of the failed start left")
