@@ -11,6 +11,7 @@ from policies.routing import (  # noqa: F401  (imported to register the built-in
     lora_affinity,
     power_of_two,
     prefix_aware,
+    prefix_capacity,
     prefix_cost,
     round_robin,
     session_affinity,

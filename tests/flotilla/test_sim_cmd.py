@@ -121,3 +121,23 @@ def test_a_bad_trace_line_is_one_line_naming_file_line_and_field(tmp_path: Path,
 def test_a_trace_that_is_a_directory_is_a_one_line_error(tmp_path: Path) -> None:
     out = _flotilla_sim("--trace", str(tmp_path), "--engine", "fixed")
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and str(tmp_path) in out.stderr
+
+
+def test_a_fleet_file_runs_its_own_unlike_engines_weighed_and_routed_as_flotilla_up_does(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = str(REPO / "proxy" / "fleet.default.yaml")
+    argv = ["sim", "--fleet", fleet, "--synthetic", "poisson:rate=0.2,duration=100,input=512,output=64,system=1000",
+            "--json"]
+    assert main(argv) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert (run["meta"]["policy"], run["meta"]["replicas"]) == ("prefix-capacity", 3)  # the file's policy
+    served = [len(r) for r in run["meta"]["requests_per_replica"]]
+    assert served[0] < min(served[1:])  # the RTX 4090 llama-server, listed first, takes the least
+
+
+def test_a_fleet_file_with_autoscale_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["sim", "--fleet", str(REPO / "proxy" / "fleet.default.yaml"), "--synthetic", "poisson:rate=1,duration=1",
+            "--autoscale", "seed"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--fleet" in err and "--autoscale" in err and "Traceback" not in err

@@ -12,11 +12,11 @@ from proxy.fleetfile import load_up_fleet, parse_up_fleet
 ENGINE = "engines:\n  - {flavor: vllm, model: llama-3.1-8b}\n"
 
 
-def test_the_packaged_default_is_two_autoscaled_vllm_and_one_llama_server_behind_prefix_aware_routing() -> None:
+def test_the_packaged_default_is_two_autoscaled_vllm_and_one_llama_server_behind_capacity_weighed_routing() -> None:
     fleet = load_up_fleet()
     assert [(g.flavor, g.replicas) for g in fleet.engines] == [("vllm", 2), ("llamacpp", 1)]
     assert fleet.scaled_group() is fleet.engines[0] and fleet.engines[0].min_replicas == 2
-    assert fleet.port == 8000 and fleet.policy == "prefix-aware"
+    assert fleet.port == 8000 and fleet.policy == "prefix-capacity"
     assert fleet.demo.trace_path().is_file()
 
 

@@ -28,6 +28,8 @@ BUILT_IN = [
     "lora-affinity",
     "power-of-two",
     "prefix-aware",
+    "prefix-capacity",
+    "prefix-cost",
     "round-robin",
     "session-affinity",
     "vllm-dp",
