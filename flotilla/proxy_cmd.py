@@ -98,6 +98,7 @@ INSTANCE_HEADER = "x-flotilla-instance"
 async def serve(config: ProxyConfig, autoscale: AutoscaleConfig | None = None,
                 instance_id: str | None = None) -> None:
     from proxy.app import start_proxy
+    from proxy.server import raise_open_file_limit
 
     def extend(app: web.Application) -> None:
         if autoscale is not None:
@@ -108,6 +109,7 @@ async def serve(config: ProxyConfig, autoscale: AutoscaleConfig | None = None,
             async def stamp(_request: web.Request, response: web.StreamResponse) -> None:
                 response.headers[INSTANCE_HEADER] = instance_id
             app.on_response_prepare.append(stamp)
+    raise_open_file_limit()
     running = await start_proxy(config, extend=extend)
     print(f"flotilla proxy listening on {running.url} ({len(config.backends)} backends, "
           f"policy {config.policy})", flush=True)

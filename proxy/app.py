@@ -23,13 +23,13 @@ from proxy.debug import debug_route
 from proxy.dispatch import Dispatcher, Forward
 from proxy.errors import ProxyError, ThrottledWarning, error_response
 from proxy.health import HealthChecker
-from proxy.http_errors import JsonErrorAppRunner
 from proxy.metrics import RouterMetrics
 from proxy.pool import Backend, BackendPool
 from proxy.reload import FleetWatcher
 from proxy.request_parse import check_content_type, load_json_object, parse_request
 from proxy.router import Router
 from proxy.scraper import Scraper
+from proxy.server import ProxyRunner
 
 log = logging.getLogger(__name__)
 unexpected_warning = ThrottledWarning(log)
@@ -262,9 +262,9 @@ async def start_proxy(config: ProxyConfig, policy: RoutingPolicy | None = None,
         extend(app)
     # handler_cancellation: a client that goes away cancels its handler at once, which closes
     # the upstream connection, which makes the engine abort the request.
-    # shutdown_timeout: on close, in-flight requests get this long to finish (graceful SIGTERM).
-    runner = JsonErrorAppRunner(app, handler_cancellation=True, access_log=None,
-                                shutdown_timeout=config.limits.shutdown_grace_s)
+    # ProxyRunner: per-client connection cap, header and body timeouts, and on close one
+    # deadline (the shutdown grace) for in-flight requests (see proxy/server.py).
+    runner = ProxyRunner(app, config.limits, handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port, backlog=1024, reuse_address=True)
     try:

@@ -1,5 +1,5 @@
 """Limits that keep the proxy serving under overload and abuse (one config for admission, rate
-limits, client keys, the backend allow-list and shutdown)."""
+limits, client keys, the backend allow-list, slow clients and shutdown)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,18 @@ class LimitsConfig:
     backend_networks: tuple[str, ...] = LOOPBACK_NETWORKS
     """Networks a backend registered through the admin API may be in (CIDR)."""
     shutdown_grace_s: float = 30.0
-    """After SIGTERM, how long in-flight requests may run before the proxy exits anyway."""
+    """After SIGTERM, how long in-flight requests may run before they are cut and the proxy exits."""
+    header_timeout_s: float = 10.0
+    """A request's headers must be complete this long after the connection opened or the
+    request's first byte arrived; else 408 and the connection is closed."""
+    body_timeout_s: float = 60.0
+    """A request's whole body must arrive within this once its headers are in; else 408."""
+    keepalive_timeout_s: float = 75.0
+    """An idle keep-alive connection is closed after this (longer than the 60 s idle timeout of
+    common load balancers, so they close first)."""
+    max_connections_per_client: int = 1024
+    """Open connections per client address (IPv6: per /64); new ones past it are closed at once.
+    0: no cap (behind a reverse proxy every client shares its address)."""
     networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -47,13 +58,16 @@ class LimitsConfig:
                 raise _error(name, getattr(self, name), "must be >= 1")
         if self.max_queued_per_model < 0:
             raise _error("max_queued_per_model", self.max_queued_per_model, "must be >= 0")
-        for name in ("queue_timeout_s", "rate_limit_burst"):
+        for name in ("queue_timeout_s", "rate_limit_burst", "header_timeout_s", "body_timeout_s",
+                     "keepalive_timeout_s"):
             if not getattr(self, name) > 0:
                 raise _error(name, getattr(self, name), "must be > 0")
         if self.rate_limit_rps is not None and not self.rate_limit_rps > 0:
             raise _error("rate_limit_rps", self.rate_limit_rps, "must be > 0")
         if self.shutdown_grace_s < 0:
             raise _error("shutdown_grace_s", self.shutdown_grace_s, "must be >= 0")
+        if self.max_connections_per_client < 0:
+            raise _error("max_connections_per_client", self.max_connections_per_client, "must be >= 0")
         if any(not k.strip() for k in self.api_keys):
             raise _error("api_keys", "<empty>", "keys must not be empty")
         try:
@@ -84,6 +98,14 @@ def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
                    help="network admin-registered backends may be in; repeat (default loopback only)")
     g.add_argument("--shutdown-grace-s", type=float, default=d.shutdown_grace_s,
                    help="after SIGTERM, time in-flight requests get to finish (default %(default)s)")
+    g.add_argument("--header-timeout-s", type=float, default=d.header_timeout_s,
+                   help="time a client gets to send a request's headers, then 408 (default %(default)s)")
+    g.add_argument("--body-timeout-s", type=float, default=d.body_timeout_s,
+                   help="time a client gets to send a request's body, then 408 (default %(default)s)")
+    g.add_argument("--keepalive-timeout-s", type=float, default=d.keepalive_timeout_s,
+                   help="idle keep-alive connections are closed after this (default %(default)s)")
+    g.add_argument("--max-connections-per-client", type=int, default=d.max_connections_per_client,
+                   help="open connections per client address, IPv6 per /64; 0: no cap (default %(default)s)")
 
 
 def limits_from_args(args: argparse.Namespace) -> LimitsConfig:
@@ -93,4 +115,6 @@ def limits_from_args(args: argparse.Namespace) -> LimitsConfig:
         queue_timeout_s=args.queue_timeout_s, api_keys=keys, rate_limit_rps=args.rate_limit_rps,
         rate_limit_burst=args.rate_limit_burst,
         backend_networks=tuple(args.backend_network) if args.backend_network else LOOPBACK_NETWORKS,
-        shutdown_grace_s=args.shutdown_grace_s)
+        shutdown_grace_s=args.shutdown_grace_s, header_timeout_s=args.header_timeout_s,
+        body_timeout_s=args.body_timeout_s, keepalive_timeout_s=args.keepalive_timeout_s,
+        max_connections_per_client=args.max_connections_per_client)
