@@ -11,6 +11,7 @@ import logging
 import aiohttp
 import pytest
 
+from policies.routing.base import BackendState
 from proxy.errors import ThrottledWarning
 from proxy.limits import LimitsConfig
 from proxy.ratelimit import client_id
@@ -70,6 +71,8 @@ async def test_hundreds_of_partial_header_sockets_cannot_crowd_out_a_normal_requ
     await wait_until(lambda: ATTACKER not in counter.open, what="the attacker's connections all released")
     for _, writer in sockets:
         writer.close()
+    assert await completion_status(p.url) == 200
+    assert [backend.state for backend in p.proxy.pool] == [BackendState.READY]
     assert no_tracebacks(caplog) == []
 
 
