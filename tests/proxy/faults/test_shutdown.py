@@ -87,6 +87,8 @@ async def test_a_stream_longer_than_the_grace_is_cut_at_the_grace_with_a_final_e
         rest = await resp.content.read()  # to the end the proxy gives the stream
         cut_after_s = time.monotonic() - t0
     assert await asyncio.wait_for(proc.wait(), 10) == 0
+    log = (await proc.stdout.read()).decode()
+    assert "Traceback" not in log and " ERROR " not in log, log
     events = [e.strip() for e in rest.decode().split("\n\n") if e.strip()]
     assert events[-1] == "data: [DONE]"
     error = json.loads(events[-2].removeprefix("data: "))["error"]
