@@ -27,8 +27,8 @@ Route OpenAI-style requests over a fleet of vLLM, llama-server or other OpenAI-c
   flotilla proxy --backend vllm=http://127.0.0.1:8001 --backend llamacpp=http://127.0.0.1:8002
   flotilla proxy --config fleet.yaml --policy prefix-aware --port 8000
 
-Serves /v1/completions, /v1/chat/completions, /v1/models (the union over backends), other /v1/*
-paths passed through, /health, /ready, /metrics (flotilla_*), and with --admin-token
+Serves /v1/completions, /v1/chat/completions (forwarded), /v1/models (the union over backends),
+/health, /ready, /metrics (flotilla_*), and with --admin-token
 /admin/backends (GET, POST, DELETE). The fleet file is reloaded when it changes.
 """
 
@@ -53,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--first-byte-timeout-s", type=float, default=300.0)
     parser.add_argument("--idle-timeout-s", type=float, default=60.0)
     parser.add_argument("--total-timeout-s", type=float, default=1800.0)
+    parser.add_argument("--client-write-timeout-s", type=float, default=30.0,
+                        help="drop a client that takes no response bytes for this long (default %(default)s)")
     parser.add_argument("--max-attempts", type=int, default=3, help="tries per request, the first included")
     parser.add_argument("--log-level", default="warning")
     from proxy.limits import add_limit_arguments  # stays free of aiohttp
@@ -85,7 +87,8 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
         host=args.host, port=args.port, policy=policy or "least-outstanding", backends=backends,
         config_path=args.config, admin_token=args.admin_token or None, scrape_interval_s=args.scrape_interval_s,
         timeouts=TimeoutConfig(connect_s=args.connect_timeout_s, first_byte_s=args.first_byte_timeout_s,
-                               idle_s=args.idle_timeout_s, total_s=args.total_timeout_s),
+                               idle_s=args.idle_timeout_s, total_s=args.total_timeout_s,
+                               client_write_s=args.client_write_timeout_s),
         retry=RetryConfig(max_attempts=args.max_attempts),
         limits=limits_from_args(args),
         health=HealthConfig(interval_s=args.health_interval_s),

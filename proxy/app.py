@@ -14,16 +14,18 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 
-from policies.routing.base import BackendState, RequestInfo, RoutingPolicy
+from policies.routing.base import BackendState, RoutingPolicy
 from proxy.access import AccessControl
 from proxy.admin import AdminApi
 from proxy.admission import Admission
+from proxy.body import read_body
 from proxy.config import ProxyConfig
 from proxy.debug import debug_route
 from proxy.dispatch import Dispatcher, Forward
 from proxy.errors import ProxyError, ThrottledWarning, error_response
 from proxy.health import HealthChecker
 from proxy.metrics import RouterMetrics
+from proxy.paths import canonical_path_middleware
 from proxy.pool import Backend, BackendPool
 from proxy.reload import FleetWatcher
 from proxy.request_parse import check_content_type, load_json_object, parse_request
@@ -93,13 +95,10 @@ def _proxy(request: web.Request) -> Proxy:
     return request.app[PROXY_KEY]
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes:
-    if request.content_length is not None and request.content_length > limit:
-        raise ProxyError(413, f"The request body is larger than {limit} bytes.")
-    try:
-        return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise ProxyError(413, f"The request body is larger than {limit} bytes.") from None
+def upstream_target(request: web.Request) -> str:
+    """The matched route's own path (never the client's bytes for it) and the query as sent."""
+    query = request.rel_url.raw_query_string
+    return request.path + (f"?{query}" if query else "")
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
@@ -113,7 +112,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     p = _proxy(request)
     check_content_type(request.headers.get("Content-Type", ""))
-    raw = await _read_body(request, p.config.max_body_bytes)
+    raw = await read_body(request, p.config.max_body_bytes)
     body = load_json_object(raw)
     adapters = frozenset().union(*(b.adapters for b in p.pool)) if len(p.pool) else frozenset()
     parsed = parse_request(body, chat, request.headers, p.config.session_header, p.config.chars_per_token,
@@ -125,7 +124,7 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     if strip_usage:
         body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         raw = json.dumps(body).encode()
-    fwd = Forward(method="POST", path_qs=request.path_qs, body=raw, info=parsed.info,
+    fwd = Forward(method="POST", path_qs=upstream_target(request), body=raw, info=parsed.info,
                   debug=request.headers.get("x-flotilla-debug") == "1", accounts_usage=True,
                   strip_usage=strip_usage)
     async with p.admission.slot(model):
@@ -135,15 +134,6 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
 def _asks_usage(body: dict) -> bool:
     options = body.get("stream_options")
     return isinstance(options, dict) and bool(options.get("include_usage"))
-
-
-async def passthrough(request: web.Request) -> web.StreamResponse:
-    """Any other /v1/* path goes to one chosen backend as it is."""
-    p = _proxy(request)
-    raw = await _read_body(request, p.config.max_body_bytes)
-    fwd = Forward(method=request.method, path_qs=request.path_qs, body=raw,
-                  info=RequestInfo(headers=request.headers), debug=request.headers.get("x-flotilla-debug") == "1")
-    return await p.dispatcher.handle(request, fwd)
 
 
 async def models(request: web.Request) -> web.Response:
@@ -214,8 +204,11 @@ def build_app(config: ProxyConfig, policy: RoutingPolicy | None = None,
     proxy = Proxy(config=config, policy=policy or create_policy(config.policy, rng), rng=rng, pool=pool,
                   admission=Admission(lim.max_in_flight_per_model, lim.max_queued_per_model, lim.queue_timeout_s))
     access = AccessControl(lim, config.admin_token)
-    app = web.Application(middlewares=[errors_middleware, access.middleware], client_max_size=config.max_body_bytes)
+    app = web.Application(middlewares=[errors_middleware, canonical_path_middleware, access.middleware],
+                          client_max_size=config.max_body_bytes)
     app[PROXY_KEY] = proxy
+    # The allow-list: only these engine routes are forwarded; any other path gets the proxy's own
+    # 404, another method 405 with Allow (see proxy/paths.py and docs/reliability.md).
     app.add_routes([
         web.post("/v1/completions", completions), web.post("/v1/chat/completions", chat_completions),
         web.get("/v1/models", models), web.get("/health", health), web.get("/ready", ready),
@@ -223,7 +216,6 @@ def build_app(config: ProxyConfig, policy: RoutingPolicy | None = None,
         *AdminApi(pool, config.admin_token, proxy.probe_now).routes(),
         debug_route(config.admin_token, lambda: {"queued": proxy.admission.queued(),
                                                  "in_flight": sum(b.in_flight for b in proxy.pool)}),
-        web.route("*", "/v1/{tail:.*}", passthrough),
     ])
     app.on_startup.append(lambda _app: proxy.start())
     app.on_cleanup.append(lambda _app: proxy.stop())
@@ -264,7 +256,9 @@ async def start_proxy(config: ProxyConfig, policy: RoutingPolicy | None = None,
     # the upstream connection, which makes the engine abort the request.
     # ProxyRunner: per-client connection cap, header and body timeouts, and on close one
     # deadline (the shutdown grace) for in-flight requests (see proxy/server.py).
-    runner = ProxyRunner(app, config.limits, handler_cancellation=True, access_log=None)
+    # auto_decompress off: proxy/body.py decodes request bodies itself, within the body limit,
+    # answering 415/400 instead of aiohttp's logged parser errors.
+    runner = ProxyRunner(app, config.limits, handler_cancellation=True, access_log=None, auto_decompress=False)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port, backlog=1024, reuse_address=True)
     try:

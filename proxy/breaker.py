@@ -4,6 +4,10 @@ Closed: requests flow, consecutive failures are counted. After `failure_threshol
 circuit opens and the backend is ejected. After `open_s` it is half-open: one probe at a time
 (an active health probe or one real request) may go; `success_threshold` consecutive successes
 close it, any failure opens it again for another `open_s`.
+
+Only the backend's own faults count as failures (see `outcome_of_status`): what a client caused
+(a 4xx answer, a client that went away or stopped reading) is neutral, neither a failure nor a
+success, so no client can eject a healthy backend or keep a broken one in.
 """
 
 from __future__ import annotations
@@ -18,6 +22,23 @@ class CircuitState(enum.Enum):
     CLOSED = "closed"  # healthy: every request may go
     OPEN = "open"  # ejected: nothing goes until open_s has passed
     HALF_OPEN = "half_open"  # on trial: one probe at a time
+
+
+class Outcome(enum.Enum):
+    """What one request or probe says about its backend's health."""
+
+    SUCCESS = "success"  # the backend answered
+    FAILURE = "failure"  # the backend's fault: counts toward ejection
+    NEUTRAL = "neutral"  # the client's doing (4xx, gone, stalled): counts neither way
+
+
+def outcome_of_status(status: int) -> Outcome:
+    """A backend's answer judged for its circuit. A 4xx (429 included) is about the request;
+    a 5xx is the backend's, since the proxy validates what it forwards and forwards the body
+    decoded, so a well-formed request is all a backend gets."""
+    if status >= 500:
+        return Outcome.FAILURE
+    return Outcome.NEUTRAL if status >= 400 else Outcome.SUCCESS
 
 
 class CircuitBreaker:
@@ -57,6 +78,10 @@ class CircuitBreaker:
             return False
         self.failures = 0
         return False
+
+    def record_neutral(self) -> None:
+        """A request that says nothing about the backend ended: only a half-open probe slot is freed."""
+        self.probe_in_flight = False
 
     def record_failure(self, now_s: float) -> bool:
         """Count a failure; True when this opened the circuit."""

@@ -8,13 +8,15 @@ A fleet file for the proxy is YAML; either the keys below at the top level or un
         flavor: vllm          # vllm | llamacpp | openai
         models: [llama-3.1-8b, sql-lora]
         weight: 1.0
+        api_key: sk-...       # optional: sent to this backend as Authorization: Bearer
 """
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import yaml
 
@@ -40,33 +42,72 @@ def _positive(owner: object, *names: str) -> None:
             raise ConfigError(name, value, "must be > 0")
 
 
+def redact_url(url: str) -> str:
+    """`url` without its `user:password@` part: what logs, metrics and headers may show."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url.rpartition("@")[2]
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
 @dataclass(frozen=True)
 class BackendSpec:
     """One engine as the operator declared it."""
 
     url: str
-    """Base URL without the /v1 suffix, e.g. http://127.0.0.1:8001."""
+    """Base URL without the /v1 suffix, e.g. http://127.0.0.1:8001. A `user:password@` in the
+    given URL moves to `basic_auth`, so `url` never carries credentials (it is the backend's
+    name in metrics, headers, logs and the admin API)."""
     flavor: str = "openai"
     """vllm, llamacpp or openai: selects the metric names and the health semantics."""
     models: tuple[str, ...] = ()
     """Models (and adapters) served; empty means learn them from GET /v1/models."""
     weight: float = 1.0
     """Relative capacity for weighted policies."""
+    api_key: str | None = field(default=None, repr=False)
+    """Sent to this backend as `Authorization: Bearer` in place of anything the client sent."""
+    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+    """(user, password) from the URL, sent to this backend as `Authorization: Basic`."""
 
     def __post_init__(self) -> None:
-        parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigError("url", self.url, "must be http(s)://host:port")
+        shown = redact_url(self.url)
+        try:
+            parts = urlsplit(self.url)
+            parts.port  # noqa: B018  (raises ValueError for a port that is not a number)
+        except ValueError:
+            raise ConfigError("url", shown, "must be http(s)://host:port") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError("url", shown, "must be http(s)://host:port")
         if self.flavor not in FLAVORS:
             raise ConfigError("flavor", self.flavor, f"must be one of {', '.join(FLAVORS)}")
         if not self.weight > 0:
             raise ConfigError("weight", self.weight, "must be > 0")
-        object.__setattr__(self, "url", self.url.rstrip("/"))
+        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):
+            raise ConfigError("api_key", "<redacted>", "must be a non-empty string")
+        if parts.username is not None:
+            if self.api_key is not None:
+                raise ConfigError("api_key", "<redacted>", "give credentials in the url or api_key, not both")
+            user, password = unquote(parts.username), unquote(parts.password or "")
+            object.__setattr__(self, "basic_auth", (user, password))
+        object.__setattr__(self, "url", shown.rstrip("/"))
+
+    @property
+    def authorization(self) -> str | None:
+        """The Authorization header this backend needs, if the operator gave it credentials."""
+        if self.api_key is not None:
+            return f"Bearer {self.api_key}"
+        if self.basic_auth is not None:
+            token = base64.b64encode(":".join(self.basic_auth).encode()).decode()
+            return f"Basic {token}"
+        return None
 
 
 @dataclass
 class TimeoutConfig:
-    """Upstream timeouts; every one is finite so no request waits forever."""
+    """Timeouts of a forwarded request, both legs; every one is finite so no request waits forever."""
 
     connect_s: float = 5.0
     """TCP connect to a backend."""
@@ -76,9 +117,12 @@ class TimeoutConfig:
     """Longest gap between two chunks of a response body."""
     total_s: float = 1800.0
     """Whole request, first attempt to last byte."""
+    client_write_s: float = 30.0
+    """Longest wait for a client to take one chunk of the response (a client that stopped
+    reading): past it the client's connection is dropped and the engine request aborted."""
 
     def __post_init__(self) -> None:
-        _positive(self, "connect_s", "first_byte_s", "idle_s", "total_s")
+        _positive(self, "connect_s", "first_byte_s", "idle_s", "total_s", "client_write_s")
 
 
 @dataclass
@@ -182,12 +226,14 @@ def backend_from_mapping(item: object) -> BackendSpec:
     if isinstance(item, str):
         return parse_backend_arg(item)
     if not isinstance(item, dict) or "url" not in item:
-        raise ConfigError("backends", item, "each backend needs a url")
+        shown = {k: v for k, v in item.items() if k != "api_key"} if isinstance(item, dict) else item
+        raise ConfigError("backends", shown, "each backend needs a url")
     models = item.get("models") or ()
     if isinstance(models, str):
         models = (models,)
     return BackendSpec(url=str(item["url"]), flavor=str(item.get("flavor", "openai")),
-                       models=tuple(str(m) for m in models), weight=float(item.get("weight", 1.0)))
+                       models=tuple(str(m) for m in models), weight=float(item.get("weight", 1.0)),
+                       api_key=item.get("api_key"))
 
 
 @dataclass(frozen=True)

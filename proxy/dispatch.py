@@ -2,7 +2,13 @@
 
 Retries go to a backend not tried yet, after a capped exponential backoff with jitter (longer
 when a backend sent Retry-After), and only while nothing has reached the client. Once the
-response headers went out, a failure ends the stream with an error event instead.
+response headers went out, a failure ends the stream with an error event instead. A connection
+that drops after the request was sent is retried too: every forwarded route (proxy/paths.py) is
+safe to send twice. Routes with side effects in an engine (LoRA loading and the like) are not
+forwarded at all.
+
+Each attempt's outcome goes to the backend's circuit breaker: only the backend's faults count
+against it (`breaker.outcome_of_status`); a client that went away or stopped reading does not.
 """
 
 from __future__ import annotations
@@ -19,23 +25,27 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from policies.routing.base import BackendState, Decision, RequestInfo
+from proxy.breaker import Outcome, outcome_of_status
 from proxy.config import ProxyConfig
 from proxy.errors import ProxyError, error_response
 from proxy.forward import (
     RelayResult,
     UpstreamFailure,
     downstream_headers,
+    drop_client,
     end_broken_stream,
     is_event_stream,
     is_small_whole_body,
     open_upstream,
     read_whole,
     relay,
+    send_whole,
     upstream_headers,
+    with_credentials,
 )
 from proxy.metrics import RouterMetrics
 from proxy.pool import Backend, BackendPool, Reservation
-from proxy.retry import OVERLOAD_STATUS, is_retryable_status, parse_retry_after_s, wait_before_retry_s
+from proxy.retry import is_retryable_status, parse_retry_after_s, wait_before_retry_s
 from proxy.router import Router
 from proxy.usage import usage_from_json, usage_from_sse_tail
 
@@ -86,7 +96,8 @@ class Dispatcher:
         start = loop.time()
         deadline = start + self.config.timeouts.total_s
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-        headers = upstream_headers(request.headers, request_id)
+        # With client keys set, the client's Authorization is its key to the proxy: never forwarded.
+        headers = upstream_headers(request.headers, request_id, drop_authorization=bool(self.config.limits.api_keys))
         tried: list[Backend] = []
         failure: UpstreamFailure | None = None
         answer: RetryableAnswer | None = None
@@ -102,17 +113,19 @@ class Dispatcher:
             tried.append(backend)
             reservation = self.pool.reserve(backend, fwd.info.prompt_tokens + (fwd.info.max_tokens or 0))
             try:
-                upstream = await open_upstream(self.session, fwd.method, backend.url + fwd.path_qs, headers,
+                upstream = await open_upstream(self.session, fwd.method, backend.url + fwd.path_qs,
+                                               with_credentials(headers, backend.spec.authorization),
                                                fwd.body, self.config.timeouts, deadline)
             except UpstreamFailure as exc:
                 self.pool.release(reservation)
-                self._failed(backend)
+                self._record(backend, Outcome.FAILURE)
                 failure, answer, retry_after_s = exc, None, None
                 if not exc.retryable:
                     break
                 continue
             except BaseException:
                 self.pool.release(reservation)
+                self._record(backend, Outcome.NEUTRAL)
                 raise
             if is_retryable_status(upstream.status):
                 answer = await self._keep_answer(upstream, backend, reservation)
@@ -136,8 +149,9 @@ class Dispatcher:
             # llama-server reloading: starting again, not broken (the health probe says when it is back)
             if backend.state is BackendState.READY:
                 backend.state = BackendState.STARTING
-        elif upstream.status not in OVERLOAD_STATUS:
-            self._failed(backend)
+            self._record(backend, Outcome.NEUTRAL)
+        else:
+            self._record(backend, outcome_of_status(upstream.status))
         return RetryableAnswer(upstream.status, dict(downstream_headers(upstream.headers)), body, backend)
 
     def _give_up(self, fwd: Forward, tried: list[Backend], failure: UpstreamFailure | None,
@@ -172,8 +186,10 @@ class Dispatcher:
                      start: float, deadline: float) -> web.StreamResponse:
         headers = self._response_headers(upstream, backend, decision, request_id, fwd.debug)
         if is_small_whole_body(upstream):
-            return await self._answer_whole(fwd, upstream, backend, decision, reservation, headers, start,
-                                            deadline)
+            response = await self._answer_whole(fwd, upstream, backend, decision, reservation, headers, start,
+                                                deadline)
+            self._client_ended(request, await send_whole(request, response, self.config.timeouts))
+            return response
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
         if upstream.content_length is not None and not is_event_stream(upstream):
             response.content_length = upstream.content_length
@@ -183,20 +199,15 @@ class Dispatcher:
             result = await relay(request, response, upstream, self.config.timeouts, deadline, fwd.accounts_usage,
                                  strip_usage=fwd.strip_usage and is_event_stream(upstream))
             if result.error is not None:
-                self._failed(backend)
-                await end_broken_stream(request, response, upstream, result)
-            elif result.client_gone:
-                self.metrics.client_disconnects.inc()
-            else:
-                await response.write_eof()
+                await end_broken_stream(request, response, upstream, result, self.config.timeouts)
+            elif not result.client_gone:
+                self._client_ended(request, await send_whole(request, response, self.config.timeouts))
             return response
         except ConnectionResetError:  # the client left before the headers went out
             result.client_gone = True
-            self.metrics.client_disconnects.inc()
             return response
         except asyncio.CancelledError:
             result.client_gone = True
-            self.metrics.client_disconnects.inc()
             raise
         finally:
             # Closing (not releasing) an unfinished response drops the connection, which is how
@@ -204,6 +215,14 @@ class Dispatcher:
             upstream.release() if result.completed else upstream.close()
             self.pool.release(reservation)
             self._finish(fwd, upstream, backend, decision, result, start)
+            self._client_ended(request, result)
+
+    def _client_ended(self, request: web.Request, result: RelayResult) -> None:
+        """Count a client that left or stopped reading; drop the one that stopped."""
+        if result.client_stalled:
+            drop_client(request)
+        if result.client_gone:
+            self.metrics.client_disconnects.inc()
 
     async def _answer_whole(self, fwd: Forward, upstream: aiohttp.ClientResponse, backend: Backend,
                             decision: Decision, reservation: Reservation, headers: CIMultiDict[str],
@@ -212,7 +231,6 @@ class Dispatcher:
         try:
             result = await read_whole(upstream, self.config.timeouts, deadline)
             if result.error is not None:  # nothing reached the client yet: answer with an error
-                self._failed(backend)
                 raise ProxyError(502, f"The backend failed mid-response: {result.error}.",
                                  headers={"x-flotilla-backend": backend.url})
             return web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=result.body)
@@ -223,15 +241,17 @@ class Dispatcher:
 
     def _finish(self, fwd: Forward, upstream: aiohttp.ClientResponse, backend: Backend, decision: Decision,
                 result: RelayResult, start: float) -> None:
+        """Account one relayed answer: metrics, the backend's circuit, usage."""
         loop = asyncio.get_running_loop()
         model = self.pool.model_label(fwd.info.model)
         status = upstream.status if result.completed else (499 if result.client_gone else 502)
         ttft_s = result.first_byte_at_s - start if result.first_byte_at_s is not None else None
         self.metrics.request_done(model, backend.url, status, loop.time() - start, ttft_s)
-        if result.completed and upstream.status < 500:
-            self.pool.record_success(backend)
-        elif result.completed:
-            self._failed(backend)
+        if result.error is not None:
+            outcome = Outcome.FAILURE
+        else:
+            outcome = outcome_of_status(upstream.status) if result.completed else Outcome.NEUTRAL
+        self._record(backend, outcome)
         if result.completed and fwd.accounts_usage and upstream.status == 200:
             self._account_usage(fwd, upstream, backend, decision, result)
 
@@ -248,6 +268,6 @@ class Dispatcher:
             self.metrics.prefix_prediction(backend.url, decision.predicted_cached_tokens, usage.cached_tokens)
         self.router.feedback(backend, fwd.info, self.clock(), usage.prompt_tokens, usage.cached_tokens)
 
-    def _failed(self, backend: Backend) -> None:
-        if self.pool.record_failure(backend, self.clock()):
+    def _record(self, backend: Backend, outcome: Outcome) -> None:
+        if self.pool.record(backend, outcome, self.clock()):
             self.metrics.ejections.labels(backend.url).inc()

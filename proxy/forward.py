@@ -4,6 +4,10 @@
 `UpstreamFailure` that the caller may retry elsewhere, since nothing reached the client yet.
 `relay` copies the body as it arrives (never buffering or merging chunks); once it starts,
 failures end the client's stream with an error event instead of a retry.
+
+The two legs have their own timeouts: the backend's silence (idle, total) is the backend's
+fault; a client that stops taking the response (`client_write_s`) is the client's, and ends
+only that client's connection and the engine's work for it.
 """
 
 from __future__ import annotations
@@ -18,13 +22,14 @@ from multidict import CIMultiDict
 
 from proxy.config import TimeoutConfig
 from proxy.errors import sse_error_event
-from proxy.usage import TAIL_BYTES, drop_usage_events
+from proxy.usage import TAIL_BYTES, UsageEventFilter
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te",
     "trailer", "trailers", "transfer-encoding", "upgrade",
 })
-NOT_FORWARDED_UP = HOP_BY_HOP | {"host", "content-length", "x-flotilla-debug"}
+NOT_FORWARDED_UP = HOP_BY_HOP | {"host", "content-length", "content-encoding", "x-flotilla-debug"}
+"""Content-Encoding too: the proxy forwards the body decoded (proxy/body.py)."""
 NOT_FORWARDED_DOWN = HOP_BY_HOP | {"content-length", "server", "date"}
 
 
@@ -47,6 +52,8 @@ class RelayResult:
     completed: bool
     """The backend's body was copied to the end."""
     client_gone: bool = False
+    client_stalled: bool = False
+    """The client stopped taking the response for `client_write_s` (its connection is dropped)."""
     error: str | None = None
     """Why the upstream body broke off, when it did."""
     first_byte_at_s: float | None = None
@@ -62,13 +69,26 @@ def _connection_listed(headers: Mapping[str, str]) -> set[str]:
     return {t.strip().lower() for t in headers.get("Connection", "").split(",") if t.strip()}
 
 
-def upstream_headers(headers: Mapping[str, str], request_id: str) -> CIMultiDict[str]:
+def upstream_headers(headers: Mapping[str, str], request_id: str, drop_authorization: bool) -> CIMultiDict[str]:
+    """The client's end-to-end headers for the engine; `drop_authorization` when the client's
+    Authorization is its key to the proxy, which no backend is to see."""
     out: CIMultiDict[str] = CIMultiDict()
     drop = NOT_FORWARDED_UP | _connection_listed(headers)
+    if drop_authorization:
+        drop = drop | {"authorization"}
     for name, value in headers.items():
         if name.lower() not in drop:
             out.add(name, value)
     out["X-Request-Id"] = request_id
+    return out
+
+
+def with_credentials(headers: CIMultiDict[str], authorization: str | None) -> CIMultiDict[str]:
+    """`headers` with the backend's own Authorization in place of the client's, when it has one."""
+    if authorization is None:
+        return headers
+    out = headers.copy()
+    out["Authorization"] = authorization
     return out
 
 
@@ -146,48 +166,84 @@ async def relay(request: web.Request, response: web.StreamResponse, upstream: ai
     loop = asyncio.get_running_loop()
     result = RelayResult(completed=False)
     body = bytearray() if keep_json and not is_event_stream(upstream) else None
+    usage_filter = UsageEventFilter() if strip_usage else None
     tail = b""
+    writing = False
     try:
+        # One timeout, moved before each await: to the backend's deadline while reading, to the
+        # client's while writing, so a stall is blamed on the side that stalled.
         async with asyncio.timeout(None) as cm:
             while True:
+                writing = False
                 cm.reschedule(min(deadline, loop.time() + timeouts.idle_s))
                 try:
                     chunk = await upstream.content.readany()
                 except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
                     result.error = f"the backend connection broke mid-response: {type(exc).__name__}"
                     break
-                if not chunk:
-                    result.completed = True
-                    break
-                tail = (tail + chunk)[-TAIL_BYTES:]
-                out = drop_usage_events(chunk) if strip_usage else chunk
+                tail = (tail + chunk)[-TAIL_BYTES:] if chunk else tail
+                out = chunk if usage_filter is None else (
+                    usage_filter.feed(chunk) if chunk else usage_filter.flush())
+                writing = True
+                cm.reschedule(loop.time() + timeouts.client_write_s)
                 try:
                     if out:
                         await response.write(out)
                 except ConnectionResetError:
                     result.client_gone = True
                     break
-                if result.first_byte_at_s is None:
+                if not chunk:
+                    result.completed = True
+                    break
+                if result.first_byte_at_s is None and out:
                     result.first_byte_at_s = loop.time()
                 if body is not None and len(body) < 1 << 20:
                     body += chunk
     except TimeoutError:
-        result.error = "the backend stopped sending (idle or total timeout)"
+        if writing:
+            result.client_stalled = result.client_gone = True
+        else:
+            result.error = "the backend stopped sending (idle or total timeout)"
     result.tail = tail
     result.body = bytes(body) if body is not None else None
     return result
 
 
+async def send_whole(request: web.Request, response: web.StreamResponse, timeouts: TimeoutConfig) -> RelayResult:
+    """Finish sending `response` (prepared or not) within `client_write_s`; says whether the client
+    took it."""
+    result = RelayResult(completed=True)
+    try:
+        async with asyncio.timeout(timeouts.client_write_s):
+            await response.prepare(request)
+            await response.write_eof()
+    except TimeoutError:
+        result.client_stalled = result.client_gone = True
+    except ConnectionResetError:
+        result.client_gone = True
+    return result
+
+
+def drop_client(request: web.Request) -> None:
+    """Drop a client that stopped reading: abort, since a close would wait for it to read."""
+    if request.transport is not None:
+        request.transport.abort()
+
+
 async def end_broken_stream(request: web.Request, response: web.StreamResponse,
-                            upstream: aiohttp.ClientResponse, result: RelayResult) -> None:
+                            upstream: aiohttp.ClientResponse, result: RelayResult,
+                            timeouts: TimeoutConfig) -> None:
     """An event stream gets an error event and [DONE]; other bodies are cut off."""
     if is_event_stream(upstream):
         # Close a half-written event first so the error event parses on its own.
-        sep = b"" if not result.tail or result.tail.endswith(b"\n\n") else b"\n\n"
+        sep = b"" if not result.tail or result.tail.endswith((b"\n\n", b"\r\n\r\n")) else b"\n\n"
         try:
-            await response.write(sep + sse_error_event(result.error or "upstream failure"))
-            await response.write_eof()
+            async with asyncio.timeout(timeouts.client_write_s):
+                await response.write(sep + sse_error_event(result.error or "upstream failure"))
+                await response.write_eof()
         except ConnectionResetError:
             pass
+        except TimeoutError:
+            drop_client(request)
     elif request.transport is not None:
         request.transport.close()

@@ -25,17 +25,19 @@ DISCOVERY_EVERY_ROUNDS = 30
 """Refresh each ready backend's /v1/models every this many probe rounds (adapters come and go)."""
 
 
-async def probe(session: aiohttp.ClientSession, url: str, timeout_s: float) -> ProbeResult:
+async def probe(session: aiohttp.ClientSession, url: str, timeout_s: float,
+                headers: dict[str, str] | None = None) -> ProbeResult:
     """GET /health; a plain OpenAI-compatible server without one is probed on /v1/models instead."""
-    result = await _get(session, url + "/health", timeout_s)
+    result = await _get(session, url + "/health", timeout_s, headers)
     if result.status == 404:
-        result = await _get(session, url + "/v1/models", timeout_s)
+        result = await _get(session, url + "/v1/models", timeout_s, headers)
     return result
 
 
-async def _get(session: aiohttp.ClientSession, url: str, timeout_s: float) -> ProbeResult:
+async def _get(session: aiohttp.ClientSession, url: str, timeout_s: float,
+               headers: dict[str, str] | None) -> ProbeResult:
     try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+        async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             return ProbeResult(status=resp.status, body=await resp.read())
     except aiohttp.ClientConnectorError:
         return ProbeResult(status=None, connection_refused=True)
@@ -46,7 +48,7 @@ async def _get(session: aiohttp.ClientSession, url: str, timeout_s: float) -> Pr
 async def discover_models(session: aiohttp.ClientSession, backend: Backend, timeout_s: float) -> None:
     """Learn the backend's models and LoRA adapters (cards with a `parent`) from /v1/models."""
     try:
-        async with session.get(backend.url + "/v1/models",
+        async with session.get(backend.url + "/v1/models", headers=backend.auth_headers,
                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             if resp.status != 200:
                 return
@@ -89,7 +91,8 @@ class HealthChecker:
             if not backend.breaker.allows_request(self.clock()):
                 return
             backend.breaker.start_probe()
-        outcome = classify_probe(await probe(self.session, backend.url, self.timeout_s), backend.ever_ready)
+        result = await probe(self.session, backend.url, self.timeout_s, backend.auth_headers)
+        outcome = classify_probe(result, backend.ever_ready)
         await self.apply(backend, outcome)
 
     async def apply(self, backend: Backend, outcome: ProbeOutcome) -> None:

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from policies.routing.base import BackendState, BackendView
-from proxy.breaker import CircuitBreaker, CircuitState
-from proxy.config import BackendSpec, BreakerConfig
+from proxy.breaker import CircuitBreaker, CircuitState, Outcome
+from proxy.config import BackendSpec, BreakerConfig, redact_url
 from proxy.engine_metrics import LoadSample
 
 AGE_RESOLUTION_S = 0.01
@@ -66,6 +66,12 @@ class Backend:
     @property
     def url(self) -> str:
         return self.spec.url
+
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        """Headers carrying the backend's own credentials, for probes and scrapes (empty without)."""
+        authorization = self.spec.authorization
+        return {"Authorization": authorization} if authorization is not None else {}
 
     @property
     def unseen_requests(self) -> int:
@@ -131,7 +137,7 @@ class BackendPool:
         return len(self.backends)
 
     def find(self, url: str) -> Backend | None:
-        url = url.rstrip("/")
+        url = redact_url(url).rstrip("/")  # backends are named without their credentials
         return next((b for b in self.backends if b.url == url), None)
 
     def add(self, spec: BackendSpec, source: str = "static") -> Backend:
@@ -223,6 +229,16 @@ class BackendPool:
         if closed and backend.state is BackendState.EJECTED:
             backend.state = BackendState.READY
         return closed
+
+    def record(self, backend: Backend, outcome: Outcome, now_s: float) -> bool:
+        """Count one request's outcome; True when it ejected the backend."""
+        if outcome is Outcome.FAILURE:
+            return self.record_failure(backend, now_s)
+        if outcome is Outcome.SUCCESS:
+            self.record_success(backend)
+        else:
+            backend.breaker.record_neutral()
+        return False
 
     def record_failure(self, backend: Backend, now_s: float) -> bool:
         """A request or probe failed; True when this ejected the backend."""

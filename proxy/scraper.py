@@ -44,7 +44,8 @@ class Scraper:
         sent_at_s = self.clock()
         sample = None
         try:
-            async with self.session.get(backend.url + "/metrics", timeout=self.timeout) as resp:
+            async with self.session.get(backend.url + "/metrics", headers=backend.auth_headers,
+                                        timeout=self.timeout) as resp:
                 if resp.status in (404, 501):
                     self._skip_until[backend.url] = self.round + UNSUPPORTED_BACKOFF_ROUNDS
                 elif resp.status == 200:

@@ -49,35 +49,93 @@ def usage_from_json(body: bytes) -> Usage | None:
 
 def usage_from_sse_tail(tail: bytes) -> Usage | None:
     """The newest `usage` in the last events of a stream; None when the stream carried none."""
-    for event in reversed(tail.split(b"\n\n")):
-        line = event.strip()
-        if not line.startswith(b"data:") or b'"usage"' not in line:
+    for event in reversed(split_events(tail)):
+        if b'"usage"' not in event:
             continue
-        found = usage_from_json(line[5:])
+        found = usage_from_json(event_data(event))
         if found is not None:
             return found
     return None
 
 
 USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
+EVENT_END = re.compile(rb"(?:\r\n|\r|\n)(?:\r\n|\r|\n)")
+"""A blank line: the end of an event (SSE lines end in CRLF, LF or CR)."""
+LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
-def _is_usage_only_event(event: bytes) -> bool:
-    if not event.startswith(b"data:") or not USAGE_OBJECT.search(event):
+def split_events(data: bytes) -> list[bytes]:
+    """The events of a stream (each with its ending blank line), the unfinished rest last."""
+    events, start = [], 0
+    for m in EVENT_END.finditer(data):
+        events.append(data[start:m.end()])
+        start = m.end()
+    if start < len(data):
+        events.append(data[start:])
+    return events
+
+
+def event_data(event: bytes) -> bytes:
+    """The event's `data` lines joined by newlines (the field value an SSE client sees)."""
+    values = []
+    for line in LINE_END.split(event):
+        if line.startswith(b"data:"):
+            value = line[5:]
+            values.append(value[1:] if value.startswith(b" ") else value)
+    return b"\n".join(values)
+
+
+def is_usage_only_event(event: bytes) -> bool:
+    """A `choices: []` chunk that carries only `usage` (the one the proxy asks for)."""
+    if not USAGE_OBJECT.search(event):
+        return False
+    lines = [line for line in LINE_END.split(event) if line]
+    if not lines or not all(line.startswith(b"data:") for line in lines):
         return False
     try:
-        obj = json.loads(event[5:])
+        obj = json.loads(event_data(event))
     except (ValueError, UnicodeDecodeError):
         return False
     return isinstance(obj, dict) and obj.get("choices") == [] and isinstance(obj.get("usage"), dict)
 
 
-def drop_usage_events(chunk: bytes) -> bytes:
-    """Remove the usage-only events (`choices: []`) from a chunk of an event stream.
+MAX_PENDING_BYTES = 1 << 20
+"""Longest unfinished event held back; usage events are a few hundred bytes."""
+
+
+class UsageEventFilter:
+    """Takes the usage-only events out of an event stream, whatever the chunking.
 
     The proxy asks for usage on streams whose client did not, to learn each backend's prefill
-    work; this takes that extra event out again so the client gets the stream it asked for.
+    work; this takes that extra event out again so the client gets the stream it asked for. An
+    event may arrive split across reads, so the unfinished end of each chunk waits for the rest;
+    whole events pass through at once, byte for byte.
     """
-    if not USAGE_OBJECT.search(chunk):
-        return chunk
-    return b"\n\n".join(e for e in chunk.split(b"\n\n") if not _is_usage_only_event(e))
+
+    def __init__(self) -> None:
+        self.pending = b""
+        """The start of an event whose end has not arrived yet."""
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self.pending + chunk if self.pending else chunk
+        # A body that never ends an event is not SSE after all: pass it on rather than hold it.
+        cut = _last_event_end(data) if len(data) <= MAX_PENDING_BYTES else len(data)
+        self.pending = data[cut:]
+        whole = data[:cut]
+        if not USAGE_OBJECT.search(whole):
+            return whole
+        return b"".join(e for e in split_events(whole) if not is_usage_only_event(e))
+
+    def flush(self) -> bytes:
+        """What is left at the end of the stream (an unfinished last event, passed on as is)."""
+        rest, self.pending = self.pending, b""
+        return rest
+
+
+EVENT_ENDS = (b"\n\n", b"\r\n\r\n", b"\r\r", b"\n\r\n", b"\r\n\n", b"\r\r\n")
+"""Every way a blank line can end an event, as `EVENT_END` matches them."""
+
+
+def _last_event_end(data: bytes) -> int:
+    """Offset just past the last complete event in `data` (0 when there is none)."""
+    return max((at + len(sep) for sep in EVENT_ENDS if (at := data.rfind(sep)) >= 0), default=0)

@@ -43,6 +43,8 @@ class Knobs:
     health_body: bytes = b""
     metrics_text: str = ""
     cached_tokens: int = 0
+    required_authorization: str | None = None
+    """Answer 401 to any request (probes and scrapes too) without this Authorization header."""
 
 
 @dataclass
@@ -63,13 +65,15 @@ class FakeBackend:
     finished_at: list[float] = field(default_factory=list)
     """time.monotonic() at which each request's last chunk was written."""
     request_headers: list = field(default_factory=list)
+    targets: list[str] = field(default_factory=list)
+    """The request target (path and query, as sent) of each generation request."""
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self, port: int = 0) -> None:
-        app = web.Application()
+        app = web.Application(middlewares=[self.check_authorization])
         app.add_routes([web.post("/v1/completions", self.generate), web.post("/v1/chat/completions", self.generate),
                         web.get("/v1/models", self.list_models), web.get("/health", self.health),
                         web.get("/metrics", self.metrics), web.post("/tokenize", self.tokenize)])
@@ -83,6 +87,13 @@ class FakeBackend:
         if self.runner is not None:
             await self.runner.cleanup()
             self.runner = None
+
+    @web.middleware
+    async def check_authorization(self, request: web.Request, handler) -> web.StreamResponse:
+        required = self.knobs.required_authorization
+        if required is not None and request.headers.get("Authorization") != required:
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
 
     async def list_models(self, request: web.Request) -> web.Response:
         data = [{"id": m, "object": "model", "owned_by": "fake", "parent": None} for m in self.models]
@@ -104,6 +115,7 @@ class FakeBackend:
         body = await request.json()
         self.received += 1
         self.request_headers.append(request.headers.copy())
+        self.targets.append(request.raw_path)
         self.running += 1
         try:
             return await self._answer(request, body)

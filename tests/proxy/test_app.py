@@ -119,16 +119,6 @@ async def test_a_request_for_a_model_only_one_backend_serves_goes_there(fake_bac
                 assert r.headers["x-flotilla-backend"] == b.url
 
 
-async def test_other_v1_paths_pass_through_to_a_backend(fake_backend: BackendFactory,
-                                                        proxy_for: ProxyFactory) -> None:
-    b = await fake_backend("a")
-    p = await proxy_for([b])
-    async with aiohttp.ClientSession() as s:
-        async with s.get(p.url + "/v1/does-not-exist") as r:
-            assert r.status == 404
-            assert r.headers["x-flotilla-backend"] == b.url
-
-
 async def test_health_ready_and_metrics_endpoints(fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
     b = await fake_backend()
     p = await proxy_for([b])

@@ -1,4 +1,12 @@
-from proxy.breaker import CircuitBreaker, CircuitState, ProbeOutcome, ProbeResult, classify_probe
+from proxy.breaker import (
+    CircuitBreaker,
+    CircuitState,
+    Outcome,
+    ProbeOutcome,
+    ProbeResult,
+    classify_probe,
+    outcome_of_status,
+)
 from proxy.config import BreakerConfig
 
 
@@ -39,3 +47,18 @@ def test_probes_tell_a_loading_engine_from_a_failed_one() -> None:
     assert classify_probe(refused, ever_ready=True) is ProbeOutcome.FAILED  # an engine that went away
     assert classify_probe(ProbeResult(503, b""), ever_ready=True) is ProbeOutcome.FAILED  # vLLM engine dead
     assert classify_probe(ProbeResult(None), ever_ready=False) is ProbeOutcome.FAILED  # timeout
+
+
+def test_only_5xx_blames_the_backend_4xx_is_neutral_and_the_rest_success() -> None:
+    assert [outcome_of_status(s) for s in (200, 204, 400, 404, 413, 422, 429, 500, 502, 503)] == [
+        Outcome.SUCCESS, Outcome.SUCCESS, *[Outcome.NEUTRAL] * 5, *[Outcome.FAILURE] * 3]
+
+
+def test_a_neutral_end_frees_the_half_open_probe_slot_and_counts_neither_way() -> None:
+    b = CircuitBreaker(BreakerConfig(failure_threshold=1, success_threshold=1, open_s=1))
+    b.record_failure(0)
+    assert b.allows_request(1.0)
+    b.start_probe()
+    assert not b.allows_request(1.0)  # one probe at a time
+    b.record_neutral()  # its client went away: the probe says nothing
+    assert b.state is CircuitState.HALF_OPEN and b.allows_request(1.0)

@@ -33,3 +33,21 @@ def test_invalid_values_name_their_field(make, field: str) -> None:
     with pytest.raises(ConfigError) as exc:
         make()
     assert exc.value.field == field
+
+
+def test_url_credentials_move_out_of_the_url_into_basic_auth() -> None:
+    spec = BackendSpec("http://fleet:s3cr%3At@127.0.0.1:8001/")
+    assert spec.url == "http://127.0.0.1:8001" and spec.basic_auth == ("fleet", "s3cr:t")
+    assert spec.authorization == "Basic ZmxlZXQ6czNjcjp0"  # base64 of fleet:s3cr:t
+    assert "s3cr" not in repr(spec)
+    keyed = parse_fleet("backends:\n  - {url: 'http://127.0.0.1:1', api_key: sk-1}\n").backends[0]
+    assert keyed.authorization == "Bearer sk-1" and "sk-1" not in repr(keyed)
+    assert BackendSpec("http://127.0.0.1:1").authorization is None
+
+
+def test_credential_errors_never_echo_the_secret() -> None:
+    for make in (lambda: BackendSpec("ftp://u:s3cret@h:1"), lambda: BackendSpec("http://u:s3cret@h:1", api_key="k"),
+                 lambda: BackendSpec("http://u:s3cret@h:x")):
+        with pytest.raises(ConfigError) as exc:
+            make()
+        assert "s3cret" not in str(exc.value)

@@ -1,15 +1,19 @@
 """Forwarding under failure: disconnects, dead backends, retries, timeouts, bursts."""
 
 import asyncio
+import base64
 import collections
 import json
+import logging
 import sys
 import time
 
 import aiohttp
+import pytest
 
 from policies.routing.base import BackendState
-from proxy.config import BackendSpec, HealthConfig, RetryConfig, TimeoutConfig
+from proxy.config import BackendSpec, BreakerConfig, HealthConfig, RetryConfig, TimeoutConfig
+from proxy.limits import LimitsConfig
 from tests.proxy.conftest import BackendFactory, ProxyFactory, free_port
 from tests.waiting import wait_until
 
@@ -236,3 +240,77 @@ async def test_engine_process_killed_mid_stream_and_the_next_request_goes_elsewh
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+
+
+async def test_client_errors_a_backend_answers_never_count_toward_ejecting_it(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    b = await fake_backend()
+    p = await proxy_for([b], breaker=BreakerConfig(failure_threshold=1, success_threshold=1, open_s=60.0))
+    async with aiohttp.ClientSession() as s:
+        for status in (400, 404, 413, 422, 400, 404):
+            b.knobs.status = status
+            async with s.post(p.url + "/v1/completions", json=BODY) as r:
+                assert r.status == status and r.headers["x-flotilla-backend"] == b.url
+        backend = p.proxy.pool.find(b.url)
+        assert backend.state is BackendState.READY and backend.breaker.failures == 0
+        b.knobs.status = 500  # the backend's own fault still counts
+        async with s.post(p.url + "/v1/completions", json=BODY) as r:
+            assert r.status == 500
+    assert backend.state is BackendState.EJECTED
+
+
+SECRET = "s3cr%3At"  # "s3cr:t", percent-encoded as a URL's userinfo must be
+
+
+async def test_url_credentials_go_upstream_as_basic_auth_and_show_nowhere(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory, caplog: pytest.LogCaptureFixture) -> None:
+    basic = "Basic " + base64.b64encode(b"fleet:s3cr:t").decode()
+    b = await fake_backend(required_authorization=basic)  # probes and scrapes need it too
+    spec = BackendSpec(b.url.replace("http://", f"http://fleet:{SECRET}@"))
+    p = await proxy_for([spec], admin_token="admin", limits=LimitsConfig(api_keys=("client-key",)))
+    backend = p.proxy.pool.backends[0]
+    await wait_until(lambda: backend.state is BackendState.READY, what="the backend ready through its credentials")
+    with caplog.at_level(logging.DEBUG):
+        async with aiohttp.ClientSession() as s:
+            async with s.post(p.url + "/v1/completions", json=BODY,
+                              headers={"Authorization": "Bearer client-key"}) as r:
+                assert r.status == 200 and r.headers["x-flotilla-backend"] == b.url
+            async with s.get(p.url + "/metrics") as r:
+                metrics = await r.text()
+            async with s.get(p.url + "/admin/backends", headers={"Authorization": "Bearer admin"}) as r:
+                listed = await r.text()
+            async with s.post(p.url + "/admin/backends", headers={"Authorization": "Bearer admin"},
+                              json={"url": f"http://u:{SECRET}@127.0.0.1:{free_port()}"}) as r:
+                added = await r.text()
+                assert r.status == 201
+    assert b.request_headers[-1]["Authorization"] == basic  # the client's key was replaced
+    assert b.url in metrics and b.url in listed
+    for shown in (metrics, listed, added, repr(p.proxy.pool.backends), caplog.text):
+        assert "s3cr" not in shown and "fleet:" not in shown
+
+
+async def test_a_backend_api_key_replaces_the_clients_key_and_without_keys_authorization_passes(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    keyed = await fake_backend("keyed", required_authorization="Bearer backend-key")
+    p = await proxy_for([BackendSpec(keyed.url, api_key="backend-key")],
+                        limits=LimitsConfig(api_keys=("client-key",)))
+    plain = await fake_backend("plain")
+    q = await proxy_for([plain])  # no client keys: the client's Authorization is for the engine
+    async with aiohttp.ClientSession() as s:
+        await wait_until(lambda: p.proxy.pool.backends[0].state is BackendState.READY, what="keyed backend ready")
+        async with s.post(p.url + "/v1/completions", json=BODY, headers={"Authorization": "Bearer client-key"}) as r:
+            assert r.status == 200
+        async with s.post(q.url + "/v1/completions", json=BODY, headers={"Authorization": "Bearer engine-key"}) as r:
+            assert r.status == 200
+    assert keyed.request_headers[-1]["Authorization"] == "Bearer backend-key"
+    assert plain.request_headers[-1]["Authorization"] == "Bearer engine-key"
+
+
+async def test_with_client_keys_and_no_backend_credentials_the_clients_key_is_not_forwarded(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    b = await fake_backend()
+    p = await proxy_for([b], limits=LimitsConfig(api_keys=("client-key",)))
+    async with aiohttp.ClientSession() as s:
+        async with s.post(p.url + "/v1/completions", json=BODY, headers={"Authorization": "Bearer client-key"}) as r:
+            assert r.status == 200
+    assert "Authorization" not in b.request_headers[-1]
