@@ -12,6 +12,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from flotilla.cli_errors import OneLineParser
+
 # subcommand -> module implementing it
 COMMANDS: dict[str, str] = {
     "plan": "flotilla.plan",
@@ -23,7 +25,7 @@ COMMANDS: dict[str, str] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(  # usage mistakes are one line on stderr, exit status 2
         prog="flotilla",
         description="Router, autoscaler, capacity planner, load generator and simulator for LLM engine fleets.",
     )

@@ -128,7 +128,10 @@ def _compare(args: argparse.Namespace) -> int:
 
     results = []
     for path in args.results:
-        res = RunResult.load(path)
+        try:
+            res = RunResult.load(path)
+        except (ValueError, KeyError, TypeError) as exc:  # not JSON, or JSON of another shape
+            raise ValueError(f"{path}: not a result file of flotilla loadgen --output ({exc!r})") from None
         res.meta["label"] = Path(path).stem  # columns named as the user named the files
         results.append(res)
     print(compare_table(results))
@@ -139,6 +142,14 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_url(flag: str, url: str) -> None:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{flag} {url!r}: must be an http(s):// URL, e.g. http://127.0.0.1:8000")
+
+
 def _config(args: argparse.Namespace):  # -> RunnerConfig, imported lazily
     from loadgen.runner import RunnerConfig
     from loadgen.stats import parse_slo
@@ -146,6 +157,7 @@ def _config(args: argparse.Namespace):  # -> RunnerConfig, imported lazily
 
     if not args.target:
         raise ValueError("--target URL is required to replay")
+    _check_url("--target", args.target)
     if args.time_scale is not None:
         check_scale(args.time_scale)  # fail before the run, not after it
     return RunnerConfig(

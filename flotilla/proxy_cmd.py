@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import errno
 import logging
 import os
 import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from flotilla.cli_errors import LOG_LEVELS, USAGE_ERROR, bind_error, log_level, port_number
 
 if TYPE_CHECKING:  # imported for real only when the command runs (aiohttp is not cheap)
     from collections.abc import Callable
@@ -35,7 +36,7 @@ Serves /v1/completions, /v1/chat/completions (forwarded), /v1/models (the union 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    parser.add_argument("--port", type=port_number, default=8000, help="port to listen on (default 8000)")
     parser.add_argument("--policy", default=None,
                         help="routing policy NAME[:key=value,...] (default least-outstanding)")
     parser.add_argument("--backend", action="append", default=[], metavar="[FLAVOR=]URL",
@@ -56,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client-write-timeout-s", type=float, default=30.0,
                         help="drop a client that takes no response bytes for this long (default %(default)s)")
     parser.add_argument("--max-attempts", type=int, default=3, help="tries per request, the first included")
-    parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--log-level", type=log_level, default="warning", help=", ".join(LOG_LEVELS))
     from proxy.limits import add_limit_arguments  # stays free of aiohttp
 
     add_limit_arguments(parser)
@@ -153,20 +154,17 @@ def run(args: argparse.Namespace) -> int:
         create_policy(config.policy, random.Random())  # a bad spec fails here, with the valid names
         autoscale = autoscale_config(args)
     except (ConfigError, OSError, ValueError) as exc:
-        print(f"flotilla proxy: {exc}", file=sys.stderr)
-        return 2
+        return _fail(str(exc))
     if not config.backends and config.config_path is None and autoscale is None:
-        print("flotilla proxy: give at least one --backend URL, --config fleet.yaml or --autoscale SPEC",
-              file=sys.stderr)
-        return 2
+        return _fail("give at least one --backend URL, --config fleet.yaml or --autoscale SPEC")
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(serve(config, autoscale, args.instance_id))
-    except OSError as exc:
-        if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
-            print(f"flotilla proxy: cannot listen on {config.host}:{config.port}: {os.strerror(exc.errno)}",
-                  file=sys.stderr)
-        else:
-            print(f"flotilla proxy: cannot start: {exc}", file=sys.stderr)
-        return 1
+    except OSError as exc:  # the port or --host cannot be bound (start_proxy has undone its startup)
+        return _fail(bind_error(config.host, config.port, exc))
     return 0
+
+
+def _fail(message: str) -> int:
+    print(f"flotilla proxy: error: {message}", file=sys.stderr)
+    return USAGE_ERROR

@@ -7,6 +7,8 @@ import json
 import sys
 from collections.abc import Iterable
 
+from flotilla.cli_errors import positive_int
+
 HELP = "simulate a fleet under a virtual clock and compare routing policies on identical arrivals"
 DESCRIPTION = """\
 Run a workload through N simulated replicas with the real engine core, the real perf model and
@@ -46,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--synthetic", metavar="SPEC", help="synthetic workload, e.g. agents:sessions=6,turns=5,system=2000")
     p.add_argument("--format", help="trace format when it cannot be recognised from the file")
     p.add_argument("--max-requests", type=int, help="stop after this many requests of the workload")
-    p.add_argument("--replicas", type=int, default=4, help="engine replicas behind the router (default 4)")
+    p.add_argument("--replicas", type=positive_int, default=4, help="engine replicas behind the router (default 4)")
     p.add_argument("--fleet", metavar="FILE", help="the engines of a `flotilla up` fleet file, weighed as it weighs "
                    "them, instead of --replicas copies of --engine (default --policy: the file's)")
     p.add_argument("--engine", choices=("vllm", "llamacpp", "fixed"), default="vllm",
@@ -138,8 +140,8 @@ def run(args: argparse.Namespace) -> int:
     from sim.report import comparison_table
     from sim.run import compare
 
-    slo = parse_slo(args.slo) if args.slo else None
     try:
+        slo = parse_slo(args.slo) if args.slo else None
         fleet = _fleet(args)
         policies = args.policy or ([fleet.policy] if fleet else ["round-robin"])
         runs = len(policies) * max(1, len(args.autoscale))

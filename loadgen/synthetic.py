@@ -140,14 +140,16 @@ def _open_workload(kind: str, opts: dict[str, str]) -> OpenWorkload:
 
 
 def parse_spec(spec: str) -> OpenWorkload | AgentSessions:
-    """A workload from `KIND:KEY=VALUE,...` (see the module docstring)."""
+    """A workload from `KIND:KEY=VALUE,...` (see the module docstring); a bad option is a
+    ValueError quoting the spec."""
     kind, _, body = spec.partition(":")
-    opts = _fields(body)
-    if kind == "agents":
-        return AgentSessions.from_options(opts)
-    if kind in ("poisson", "gamma"):
-        return _open_workload(kind, opts)
-    raise ValueError(f"unknown synthetic workload {kind!r}; use poisson, gamma or agents")
+    if kind not in ("agents", "poisson", "gamma"):
+        raise ValueError(f"unknown synthetic workload {kind!r}; use poisson, gamma or agents")
+    try:
+        opts = _fields(body)
+        return AgentSessions.from_options(opts) if kind == "agents" else _open_workload(kind, opts)
+    except (ValueError, TypeError) as exc:  # e.g. int('x'): say which spec it came from
+        raise ValueError(f"synthetic workload {spec!r}: {exc}") from None
 
 
 def synthetic_requests(spec: str, seed: int = 0) -> Iterator[TraceRequest]:

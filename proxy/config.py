@@ -14,6 +14,8 @@ A fleet file for the proxy is YAML; either the keys below at the top level or un
 from __future__ import annotations
 
 import base64
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -26,13 +28,60 @@ FLAVORS = ("vllm", "llamacpp", "openai")
 
 
 class ConfigError(ValueError):
-    """A configuration value is invalid; `field` names it."""
+    """A configuration value is invalid; `field` names it, `source` the file it came from, if any."""
 
-    def __init__(self, field_name: str, value: object, reason: str) -> None:
-        super().__init__(f"{field_name}={value!r}: {reason}")
+    def __init__(self, field_name: str, value: object, reason: str, source: str | None = None) -> None:
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}{field_name}={value!r}: {reason}")
         self.field = field_name
         self.value = value
         self.reason = reason
+        self.source = source
+
+    def located(self, source: str) -> ConfigError:
+        """The same error, said to come from `source` (a file path)."""
+        return ConfigError(self.field, self.value, self.reason, source)
+
+
+class ConfigFileError(ConfigError):
+    """A configuration file that cannot be read or is not valid YAML: `WHERE: PROBLEM`, where
+    WHERE is the path, with `:line:column` (1-based) for a syntax error."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        ValueError.__init__(self, f"{where}: {problem}")
+        self.field, self.value, self.reason, self.source = "fleet", where, problem, where
+
+    def located(self, source: str) -> ConfigError:
+        return self  # already says where
+
+
+def load_yaml(text: str, source: str) -> object:
+    """yaml.safe_load; text that is not YAML is a ConfigFileError naming source:line:column."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = ", ".join(p for p in (exc.context, exc.problem) if p)
+        raise ConfigFileError(where, f"invalid YAML: {problem}") from None
+    except yaml.reader.ReaderError as exc:  # a control character; position counts characters
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - text.rfind("\n", 0, exc.position)
+        raise ConfigFileError(f"{source}:{line}:{column}", f"invalid YAML: {exc.reason}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigFileError(source, f"invalid YAML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise ConfigFileError(source, "invalid YAML: nested too deeply") from None
+
+
+def read_config_file(path: Path) -> str:
+    """The text of a configuration file; a missing or unreadable one is a ConfigFileError."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigFileError(str(path), "not UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigFileError(str(path), f"cannot read: {exc.strerror or exc}") from None
 
 
 def _positive(owner: object, *names: str) -> None:
@@ -244,18 +293,72 @@ class FleetFile:
     policy: str | None = None
 
 
-def parse_fleet(text: str) -> FleetFile:
-    data = yaml.safe_load(text) or {}
+def check_backend_types(item: object, where: str) -> None:
+    """A fleet file's backend entry has the right shape (the values are BackendSpec's to check):
+    a URL string, or a mapping of known keys with values of the right types."""
+    if isinstance(item, str):
+        return
+    if not isinstance(item, dict):
+        raise ConfigError(where, item, "must be a URL or a mapping with a url")
+    if "url" not in item:
+        raise ConfigError(f"{where}.url", None, "is required")
+    for key, value in item.items():
+        if key not in _BACKEND_KEYS:
+            raise ConfigError(f"{where}.{key}", value, f"unknown key; known: {', '.join(_BACKEND_KEYS)}")
+        kind, what = _BACKEND_KEYS[key]
+        if not kind(value):
+            shown = "<redacted>" if key == "api_key" else value
+            raise ConfigError(f"{where}.{key}", shown, f"must be {what}")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# backend key -> (type check, what it must be)
+_BACKEND_KEYS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "url": (lambda v: isinstance(v, str), "a string, http(s)://host:port"),
+    "flavor": (lambda v: isinstance(v, str), f"a string, one of {', '.join(FLAVORS)}"),
+    "models": (lambda v: isinstance(v, str) or isinstance(v, list) and all(isinstance(m, str) for m in v),
+               "a model name or a list of model names (quote names YAML reads as numbers)"),
+    "weight": (_is_number, "a finite number"),
+    "api_key": (lambda v: isinstance(v, str), "a string"),
+}
+
+
+def parse_fleet(text: str, source: str | None = None) -> FleetFile:
+    """A fleet file's backends and policy; an error names the field by its path in the file, e.g.
+    backends[1].models, and with `source` the file too."""
+    data = load_yaml(text, source or "<fleet file>") or {}
+    try:
+        return _fleet(data)
+    except ConfigError as exc:
+        raise (exc.located(source) if source else exc) from None
+
+
+def _fleet(data: object) -> FleetFile:
     if not isinstance(data, dict):
         raise ConfigError("fleet", type(data).__name__, "must be a mapping")
-    section = data.get("proxy", data) if isinstance(data.get("proxy"), dict) else data
+    section = data["proxy"] if isinstance(data.get("proxy"), dict) else data
+    where = "proxy.backends" if section is not data and "backends" in section else "backends"
     items = section.get("backends", data.get("backends")) or []
     if not isinstance(items, list):
-        raise ConfigError("backends", items, "must be a list")
+        raise ConfigError(where, items, "must be a list")
     policy = section.get("policy")
-    return FleetFile(backends=tuple(backend_from_mapping(i) for i in items),
-                     policy=str(policy) if policy else None)
+    if policy is not None and not isinstance(policy, str):
+        raise ConfigError("policy", policy, "must be a policy spec NAME[:key=value,...]")
+    return FleetFile(backends=tuple(_backend(item, f"{where}[{i}]") for i, item in enumerate(items)),
+                     policy=policy or None)
+
+
+def _backend(item: object, where: str) -> BackendSpec:
+    check_backend_types(item, where)
+    try:
+        return backend_from_mapping(item)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.{exc.field}", exc.value, exc.reason) from None
 
 
 def load_fleet(path: Path) -> FleetFile:
-    return parse_fleet(path.read_text())
+    """Read and parse a fleet file; every error is a ConfigError whose message names the file."""
+    return parse_fleet(read_config_file(path), str(path))

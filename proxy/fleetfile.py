@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from pathlib import Path, PurePath
 
 import yaml
 
-from proxy.config import ConfigError, parse_fleet
+from proxy.config import ConfigError, load_yaml, parse_fleet, read_config_file
 
 ENGINE_FLAVORS = ("vllm", "llamacpp")
 ACTUATORS = ("local",)
@@ -254,10 +255,16 @@ def _fields(cls: type, data: object, where: str) -> dict[str, object]:
     return out
 
 
+_NULLABLE = frozenset({"parallel", "trace", "max_requests", "weight"})
+"""Keys whose default is None, so `key: null` (or `key:`) is the default; for others it is an error."""
+
+
 def _typed(where: str, key: str, value: object, kind: type) -> object:
-    if value is None:
+    if value is None and key in _NULLABLE:
         return None
     if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}.{_file_key(key)}", value, "must be a finite number")
         return float(value)
     if kind is str and isinstance(value, str | int | float) and not isinstance(value, bool):
         return str(value)
@@ -280,7 +287,7 @@ def _engine(data: object, index: int) -> EngineGroup:
             raise ConfigError(f"{where}.{key}", None, "is required")
     kw = {k: _typed(where, k, v, _ENGINE_KINDS[k]) for k, v in raw.items() if k != "args"}
     args = raw.get("args") or ()
-    if isinstance(args, str) or not all(isinstance(a, str | int | float) for a in args):
+    if not isinstance(args, list | tuple) or not all(isinstance(a, str | int | float) for a in args):
         raise ConfigError(f"{where}.args", args, "must be a list of flags")
     replicas = kw.get("replicas", 1)
     kw.setdefault("min_replicas", min(1, replicas) if isinstance(replicas, int) else 1)
@@ -307,8 +314,10 @@ def _autoscaler(data: object) -> AutoscalerSection:
     signals = settings.pop("signals", AutoscalerSection.signals)
     if not isinstance(engines, str):
         raise ConfigError("autoscaler.engines", engines, "must name an engine group")
-    if isinstance(signals, str) or not all(isinstance(x, str) for x in signals):
+    if not isinstance(signals, list | tuple) or not all(isinstance(x, str) for x in signals):
         raise ConfigError("autoscaler.signals", signals, "must be a list of signal names")
+    if not isinstance(settings.get("policy") or "", str):
+        raise ConfigError("autoscaler.policy", settings["policy"], "must be a policy spec NAME[:key=value,...]")
     return AutoscalerSection(engines=engines, signals=tuple(signals), settings=settings)
 
 
@@ -328,12 +337,18 @@ def _proxy_port(section: object) -> int:
     return port
 
 
-def parse_up_fleet(text: str, base: Path = Path(".")) -> UpFleet:
-    """A fleet file's text to a validated UpFleet; relative paths resolve against `base`."""
+def parse_up_fleet(text: str, base: Path = Path("."), source: str | None = None) -> UpFleet:
+    """A fleet file's text to a validated UpFleet; relative paths resolve against `base`.
+    Errors name the field by its path in the file and, given `source`, the file (YAML syntax
+    errors: file:line:column)."""
+    data = load_yaml(text, source or "<fleet file>") or {}
     try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError("fleet", "<yaml>", f"is not valid YAML: {exc}") from None
+        return _up_fleet(data, base)
+    except ConfigError as exc:
+        raise (exc.located(source) if source else exc) from None
+
+
+def _up_fleet(data: object, base: Path) -> UpFleet:
     if not isinstance(data, dict):
         raise ConfigError("fleet", type(data).__name__, "must be a mapping")
     for key in data:
@@ -345,6 +360,8 @@ def parse_up_fleet(text: str, base: Path = Path(".")) -> UpFleet:
     engines = tuple(_engine(item, i) for i, item in enumerate(items))
     _unique_names(engines)
     proxy = data.get("proxy") or {}
+    if not isinstance(proxy, dict):
+        raise ConfigError("proxy", proxy, "must be a mapping")
     policy = parse_fleet(yaml.safe_dump({"proxy": proxy})).policy if isinstance(proxy, dict) else None
     _check_routing_policy(policy)
     fleet = UpFleet(engines=engines, port=_proxy_port(proxy), policy=policy or "least-outstanding",
@@ -386,4 +403,4 @@ def load_up_fleet(path: Path | None = None) -> UpFleet:
     if path is None:
         text = (importlib.resources.files("proxy") / DEFAULT_FLEET).read_text()
         return parse_up_fleet(text)
-    return parse_up_fleet(Path(path).read_text(), Path(path).resolve().parent)
+    return parse_up_fleet(read_config_file(Path(path)), Path(path).resolve().parent, str(path))

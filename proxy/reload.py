@@ -7,8 +7,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import yaml
-
 from proxy.config import BackendSpec, ConfigError, load_fleet
 from proxy.pool import Backend, BackendPool
 
@@ -42,22 +40,34 @@ class FleetWatcher:
         return st.st_mtime, st.st_size
 
     async def run(self) -> None:
+        """Check every interval until cancelled; no bad edit or surprise ends the watching."""
         while True:
             await asyncio.sleep(self.interval_s)
-            await self.check()
+            try:
+                await self.check()
+            except Exception as exc:  # a bug must not stop later edits from being applied
+                log.error("fleet file %s not reloaded, the last good one stays: %s", self.path,
+                          one_line(repr(exc)))
 
     async def check(self) -> bool:
-        """Reload if the file changed; True when it did and parsed."""
+        """Reload if the file changed; True when it did and parsed. An invalid file (unreadable,
+        bad YAML, a wrong value or type) keeps the last good backends and logs why in one line;
+        the next change is read again."""
         stamp = self._current_stamp()
         if stamp is None or stamp == self._stamp:
             return False
         self._stamp = stamp
         try:
             fleet = load_fleet(self.path)
-        except (OSError, ConfigError, yaml.YAMLError) as exc:
-            log.error("fleet file %s not reloaded: %s", self.path, exc)
+        except (OSError, ConfigError) as exc:
+            log.error("fleet file %s not reloaded, the last good one stays: %s", self.path, one_line(str(exc)))
             return False
         for backend in apply_fleet(self.pool, fleet.backends):
             await self.on_added(backend)
         log.info("fleet file %s reloaded: %d backends", self.path, len(fleet.backends))
         return True
+
+
+def one_line(text: str) -> str:
+    """A message fit for one log line: a client or an editor may put newlines in it."""
+    return " ".join(text.split())

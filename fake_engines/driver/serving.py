@@ -39,8 +39,12 @@ def bind_socket(host: str, port: int) -> socket.socket:
     """A bound TCP socket that does not listen yet: connections are refused until `listen`."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:  # port in use, an address not of this machine: the caller reports it
+        sock.close()
+        raise
     sock.setblocking(False)
     return sock
 

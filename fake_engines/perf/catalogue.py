@@ -222,9 +222,13 @@ def _entry(cls: type, raw: Any, where: str) -> Any:
 def parse_catalogue(doc: Mapping[str, Any], where: str, base: Catalogue | None = None) -> Catalogue:
     """Merge one parsed YAML document onto ``base``; entries with an existing name replace it."""
     tables = {s: dict(getattr(base, s)) if base else {} for s in _SECTIONS}
+    if not isinstance(doc or {}, Mapping):
+        raise CatalogueError(f"{where}: must be a mapping of sections ({', '.join(_SECTIONS)})")
     for section, raw_entries in (doc or {}).items():
         if section not in _SECTIONS:
             raise CatalogueError(f"{where}: unknown section {section!r}; valid: {', '.join(_SECTIONS)}")
+        if not isinstance(raw_entries or [], list):
+            raise CatalogueError(f"{where}: section {section!r} must be a list of entries")
         for raw in raw_entries or []:
             spec = _entry(_SECTIONS[section], raw, f"{where} [{section}]")
             tables[section][spec.name] = spec
@@ -236,9 +240,25 @@ def load_catalogue(extra: Sequence[str | PathLike[str]] = ()) -> Catalogue:
     text = importlib.resources.files(__package__).joinpath("catalogue.yaml").read_text(encoding="utf-8")
     cat = parse_catalogue(yaml.safe_load(text), "catalogue.yaml")
     for path in extra:
-        with open(path, encoding="utf-8") as fh:
-            cat = parse_catalogue(yaml.safe_load(fh), str(path), cat)
+        cat = parse_catalogue(_read_yaml(path), str(path), cat)
     return cat
+
+
+def _read_yaml(path: str | PathLike[str]) -> Any:
+    """A user catalogue file; unreadable or not YAML is a CatalogueError saying where (file:line:col)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return yaml.safe_load(fh)
+    except UnicodeDecodeError:
+        raise CatalogueError(f"{path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise CatalogueError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise CatalogueError(f"{where}: invalid YAML: {', '.join(p for p in (exc.context, exc.problem) if p)}") from None
+    except yaml.YAMLError as exc:
+        raise CatalogueError(f"{path}: invalid YAML: {' '.join(str(exc).split())}") from None
 
 
 def model_from_shape(params: float, layers: int, kv_heads: int, head_dim: int = 128,

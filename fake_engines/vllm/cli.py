@@ -9,19 +9,21 @@ import sys
 
 from fake_engines.core import HASH_ALGOS
 from fake_engines.driver.faults import FaultConfigError, FaultInjector, add_fault_arguments, faults_from_args
+from fake_engines.perf.catalogue import CatalogueError
 from fake_engines.vllm.config import ServeConfigError, VllmServeConfig, parse_lora_modules
 from fake_engines.vllm.engine import ModelDoesNotFit
+from flotilla.cli_errors import USAGE_ERROR, CannotListen, OneLineParser, port_number
 
 
 def build_parser() -> argparse.ArgumentParser:
     """vLLM's serve flags (those a router or autoscaler can observe) plus the look-alike's own."""
-    parser = argparse.ArgumentParser(prog="fake-vllm", description="Look-alike of `vllm serve`.")
+    parser = OneLineParser(prog="fake-vllm", description="Look-alike of `vllm serve`.")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve a model over the OpenAI API")
     serve.add_argument("model", help="catalogue model name, or a path whose last part names one")
     serve.add_argument("--served-model-name", nargs="+", default=None)
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=port_number, default=8000)
     serve.add_argument("--api-key", default=None)
     serve.add_argument("-tp", "--tensor-parallel-size", type=int, default=1)
     serve.add_argument("-pp", "--pipeline-parallel-size", type=int, default=1)
@@ -91,7 +93,10 @@ async def _serve(config: VllmServeConfig, faults: FaultInjector | None = None) -
     from fake_engines.driver.serving import install_sigterm
     from fake_engines.vllm.server import start_vllm
 
-    running = await start_vllm(config, faults=faults)
+    try:
+        running = await start_vllm(config, faults=faults)
+    except OSError as exc:  # the port is taken, or --host is no address of this machine
+        raise CannotListen(config.host, config.port, exc) from None
     stop = asyncio.Event()
     install_sigterm(asyncio.get_running_loop(), stop.set)
     print(f"INFO:     fake vLLM bound to http://{config.host}:{running.port}", flush=True)
@@ -114,9 +119,12 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_args(args)
         faults = FaultInjector(faults_from_args(args), api_key=config.api_key, exit_process=True)
         asyncio.run(_serve(config, faults))
-    except (FaultConfigError, ServeConfigError, ModelDoesNotFit) as exc:
+    except ModelDoesNotFit as exc:  # vLLM's own failure to start: CUDA out of memory, exit status 1
         print(f"ERROR: {exc}", file=sys.stderr)
         return 1
+    except (FaultConfigError, ServeConfigError, CatalogueError, CannotListen) as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)  # one line naming the flag, no traceback
+        return USAGE_ERROR
     return 0
 
 

@@ -14,14 +14,14 @@ Flags given on the command line win over the file.
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-import yaml
-
 from policies.scaling import create_policy
-from proxy.config import FLAVORS, ConfigError
+from proxy.config import FLAVORS, ConfigError, load_yaml, read_config_file
 
 ACTUATORS = ("local", "docker", "kubernetes")
 
@@ -179,14 +179,18 @@ def file_section(path: Path | None) -> dict | None:
     """The `autoscaler:` mapping of a fleet file (top level or under `proxy:`), if it has one."""
     if path is None:
         return None
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    data = load_yaml(read_config_file(Path(path)), str(path)) or {}
     if not isinstance(data, dict):
         return None
     section = data.get("autoscaler")
     if section is None and isinstance(data.get("proxy"), dict):
         section = data["proxy"].get("autoscaler")
     if section is not None and not isinstance(section, dict):
-        raise ConfigError("autoscaler", section, "must be a mapping")
+        raise ConfigError("autoscaler", section, "must be a mapping", str(path))
+    try:
+        check_types(section or {})
+    except ConfigError as exc:
+        raise exc.located(str(path)) from None
     return section
 
 
@@ -195,17 +199,56 @@ _UP_KEYS = frozenset({"engines", "signals"})
 _FILE_ALIASES = {"min": "min_replicas", "max": "max_replicas"}
 
 
-def config_from_mapping(raw: dict) -> AutoscaleConfig:
-    """An AutoscaleConfig from a fleet file section (or flags merged into one)."""
+def _anything(_value: object) -> bool:
+    return True
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is(*kinds: type) -> Callable[[object], bool]:
+    return lambda value: isinstance(value, kinds) and not isinstance(value, bool)
+
+
+# config field -> (type check, what it must be); the values are then AutoscaleConfig's to check
+_TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
+    "policy": (_is(str), "a policy spec NAME[:key=value,...]"), "actuator": (_is(str), "a string"),
+    "engine_cmd": (_is(str, list), "a command line (a string or a list of words)"),
+    "flavor": (_is(str), "a string"), "min_replicas": (_is(int), "an integer"),
+    "max_replicas": (_is(int), "an integer"), "interval_s": (_number, "a number"),
+    "sample_interval_s": (_number, "a number"), "time_scale": (_number, "a number"),
+    "drain_timeout_s": (_number, "a number"), "stop_grace_s": (_number, "a number"),
+    "prometheus_url": (_is(str), "a string"), "engine_log_dir": (_is(str, Path), "a path"),
+    "prometheus_queries": (lambda v: isinstance(v, list | tuple) and all(isinstance(q, str) for q in v),
+                           "a list of FIELD=PROMQL strings"),
+    "hold": (_is(dict), "a mapping"), "docker": (_is(dict), "a mapping"), "kubernetes": (_is(dict), "a mapping"),
+}
+
+
+def check_types(raw: dict) -> None:
+    """Every key known and every value of its type (None keeps the default); an error names
+    autoscaler.KEY. The values themselves are AutoscaleConfig's to check."""
     known = {f.name for f in fields(AutoscaleConfig)}
-    kwargs: dict = {}
     for key, value in raw.items():
         name = _FILE_ALIASES.get(key, key)
         if key in _UP_KEYS:
             continue
         if name not in known:
             raise ConfigError(f"autoscaler.{key}", value, f"unknown key; known: {', '.join(sorted(known))}")
-        kwargs[name] = value
+        check, what = _TYPES.get(name, (_anything, ""))
+        if value is not None and not check(value):
+            raise ConfigError(f"autoscaler.{key}", value, f"must be {what}")
+        if name == "hold" and isinstance(value, dict):
+            for hold_key, number in value.items():
+                if not _number(number):
+                    raise ConfigError(f"autoscaler.hold.{hold_key}", number, "must be a number")
+
+
+def config_from_mapping(raw: dict) -> AutoscaleConfig:
+    """An AutoscaleConfig from a fleet file section (or flags merged into one)."""
+    check_types(raw)
+    kwargs = {_FILE_ALIASES.get(k, k): v for k, v in raw.items() if k not in _UP_KEYS and v is not None}
     if isinstance(kwargs.get("hold"), dict):
         try:
             kwargs["hold"] = HoldSettings(**kwargs["hold"])

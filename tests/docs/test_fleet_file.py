@@ -25,6 +25,6 @@ def test_the_documented_error_is_what_flotilla_up_prints(tmp_path: Path) -> None
     shown = re.search(r"\$ flotilla up fleet.yaml\n(.*)\n", DOC).group(1)
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text("engines:\n  - {flavor: vllm, model: llama-3.1-8b, replicas: 5, max: 2}\n")
-    out = subprocess.run([sys.executable, "-m", "flotilla", "up", str(fleet)], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run([sys.executable, "-m", "flotilla", "up", fleet.name], capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path)  # the file as the example names it
     assert out.returncode == 2 and out.stderr.strip() == shown

@@ -282,4 +282,4 @@ def test_cli_error_flags_answer_the_status_at_the_rate():
 def test_cli_rejects_a_bad_fault_flag_naming_it():
     proc = subprocess.run([sys.executable, "-m", *CLI_COMMANDS["vllm"], "--fault-error-rate", "3"], cwd=REPO,
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
-    assert proc.returncode == 1 and "error_rate=3.0" in proc.stderr
+    assert proc.returncode == 2 and "error_rate=3.0" in proc.stderr and proc.stderr.count("\n") == 1

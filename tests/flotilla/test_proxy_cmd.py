@@ -5,8 +5,10 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import aiohttp
+import pytest
 
 from tests.proxy.conftest import FakeBackend, Knobs
 
@@ -75,9 +77,48 @@ def test_a_taken_port_is_a_one_line_error_naming_it() -> None:
         port = taken.getsockname()[1]
         out = subprocess.run([sys.executable, "-m", "flotilla", "proxy", "--port", str(port),
                               "--backend", "http://127.0.0.1:1"], capture_output=True, text=True, timeout=60)
-    assert out.returncode != 0 and "Traceback" not in out.stderr
-    assert out.stderr.startswith("flotilla proxy: ") and out.stderr.count("\n") == 1, out.stderr
-    assert str(port) in out.stderr and "in use" in out.stderr
+    assert out.returncode == 2
+    assert out.stderr == f"flotilla proxy: error: port {port} on 127.0.0.1 is in use\n"
+
+
+def _proxy_fails(*argv: str) -> str:
+    """stderr of a `flotilla proxy` that must refuse to start: exit 2, one line, no traceback."""
+    out = subprocess.run([sys.executable, "-m", "flotilla", "proxy", *argv], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.startswith("flotilla proxy: error: ")
+    return out.stderr
+
+
+@pytest.mark.parametrize("fleet,cause", [
+    ("backends:\n  - {url: 'http://127.0.0.1:1', models: 5}\n", "backends[0].models=5: must be"),
+    ("backends: [\n  - {url: x\n", "invalid YAML: while parsing a flow node"),
+    ("backends:\n  - {url: 'http://127.0.0.1:1', weight: x}\n", "backends[0].weight='x': must be a finite number"),
+    ("proxy:\n  backends: 5\n", "proxy.backends=5: must be a list"),
+    ("backends: []\nautoscaler: {policy: kpa, interval_s: soon}\n", "autoscaler.interval_s='soon'"),
+])
+def test_a_bad_fleet_file_is_one_line_naming_the_file_and_the_field(tmp_path: Path, fleet: str, cause: str) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(fleet)
+    err = _proxy_fails("--config", str(path))
+    assert str(path) in err and cause in err
+
+
+def test_a_missing_fleet_file_is_one_line_naming_it(tmp_path: Path) -> None:
+    err = _proxy_fails("--config", str(tmp_path / "absent.yaml"))
+    assert f"{tmp_path / 'absent.yaml'}: cannot read: No such file or directory" in err
+
+
+@pytest.mark.parametrize("argv,cause", [
+    (["--log-level", "nonsense"], "argument --log-level: invalid level 'nonsense': choose from debug, info"),
+    (["--port", "70000"], "argument --port: invalid port 70000: must be in [0, 65535]"),
+    (["--port", "http"], "argument --port: invalid port 'http'"),
+    (["--host", "192.0.2.1", "--port", "0"], "cannot listen on 192.0.2.1: not an address of this machine (--host)"),
+    (["--host", "no-such-host.invalid", "--port", "0"], "cannot listen on no-such-host.invalid: no such host name"),
+])
+def test_a_bad_flag_or_an_unbindable_host_is_one_line_naming_it(argv: list[str], cause: str) -> None:
+    assert cause in _proxy_fails("--backend", "http://127.0.0.1:1", *argv)
 
 
 async def test_the_instance_id_comes_back_on_the_proxys_own_routes() -> None:

@@ -1,6 +1,14 @@
 import pytest
 
-from proxy.config import BackendSpec, ConfigError, ProxyConfig, TimeoutConfig, parse_backend_arg, parse_fleet
+from proxy.config import (
+    BackendSpec,
+    ConfigError,
+    ProxyConfig,
+    TimeoutConfig,
+    load_fleet,
+    parse_backend_arg,
+    parse_fleet,
+)
 
 
 def test_fleet_file_backends_and_policy() -> None:
@@ -22,7 +30,7 @@ def test_backend_argument_is_url_or_flavor_equals_url() -> None:
 
 
 @pytest.mark.parametrize("make,field", [
-    (lambda: parse_fleet("backends:\n  - {url: 'http://x:1', flavor: sglang}\n"), "flavor"),
+    (lambda: parse_fleet("backends:\n  - {url: 'http://x:1', flavor: sglang}\n"), "backends[0].flavor"),
     (lambda: BackendSpec("127.0.0.1:80"), "url"),
     (lambda: BackendSpec("http://x:1", weight=0), "weight"),
     (lambda: TimeoutConfig(idle_s=0), "idle_s"),
@@ -33,6 +41,52 @@ def test_invalid_values_name_their_field(make, field: str) -> None:
     with pytest.raises(ConfigError) as exc:
         make()
     assert exc.value.field == field
+
+
+@pytest.mark.parametrize("text,message", [
+    ("backends:\n  - {url: 'http://x:1', models: 5}\n",
+     "backends[0].models=5: must be a model name or a list of model names"),
+    ("backends:\n  - {url: 'http://x:1', models: [a, 3.1]}\n", "backends[0].models=['a', 3.1]: must be"),
+    ("backends:\n  - {url: 'http://x:1'}\n  - {url: 'http://x:2', weight: x}\n",
+     "backends[1].weight='x': must be a finite number"),
+    ("backends:\n  - {url: 'http://x:1', weight: .inf}\n", "backends[0].weight=inf: must be a finite number"),
+    ("backends:\n  - {url: 5}\n", "backends[0].url=5: must be a string"),
+    ("backends:\n  - {flavor: vllm}\n", "backends[0].url=None: is required"),
+    ("backends:\n  - {url: 'http://x:1', modles: [a]}\n", "backends[0].modles=['a']: unknown key"),
+    ("backends: [7]\n", "backends[0]=7: must be a URL or a mapping with a url"),
+    ("proxy:\n  backends:\n    - {url: 'ftp://x'}\n", "proxy.backends[0].url='ftp://x': must be http(s)://host:port"),
+    ("policy: [round-robin]\nbackends: []\n", "policy=['round-robin']: must be a policy spec"),
+    ("- a\n- b\n", "fleet='list': must be a mapping"),
+])
+def test_a_fleet_file_value_of_the_wrong_type_names_the_file_and_its_path_in_it(tmp_path, text, message):
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_fleet(path)
+    assert str(exc.value).startswith(f"{path}: {message}")
+
+
+@pytest.mark.parametrize("text,where,problem", [
+    ("backends: [\n  - {url: x\n", "2:3", "while parsing a flow node, expected the node content, but found '-'"),
+    ("backends:\n\t- http://x:1\n", "2:1", "found character '\\t' that cannot start any token"),
+    ("policy: a\x00\n", "1:10", "special characters are not allowed"),
+])
+def test_yaml_syntax_errors_name_file_line_and_column_in_one_line(tmp_path, text, where, problem):
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_fleet(path)
+    assert str(exc.value).startswith(f"{path}:{where}: invalid YAML: ") and problem in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_a_missing_or_binary_fleet_file_is_a_config_error_naming_it(tmp_path):
+    with pytest.raises(ConfigError, match=r"absent\.yaml: cannot read: No such file or directory"):
+        load_fleet(tmp_path / "absent.yaml")
+    binary = tmp_path / "fleet.yaml"
+    binary.write_bytes(b"backends: [\xff\xfe]\n")
+    with pytest.raises(ConfigError, match=r"fleet\.yaml: not UTF-8 text"):
+        load_fleet(binary)
 
 
 def test_url_credentials_move_out_of_the_url_into_basic_auth() -> None:

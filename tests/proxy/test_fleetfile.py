@@ -89,7 +89,7 @@ def test_each_group_is_weighed_by_its_modelled_capacity_unless_its_weight_is_giv
     ("engines:\n  - {flavor: vllm, model: llama-3.2-1b}\n  - {flavor: vllm, model: llama-3.2-1b, name: vllm-0}\n", "engines[1].name"),
     ("engines:\n  - {flavor: vllm, model: llama-3.2-1b, name: proxy}\n", "engines[0].name"),
     (ENGINE + "proxy: {port: 70000}\n", "proxy.port"),
-    (ENGINE + "proxy: {backends: [{url: 'ftp://x'}]}\n", "url"),
+    (ENGINE + "proxy: {backends: [{url: 'ftp://x'}]}\n", "proxy.backends[0].url"),
     (ENGINE + "autoscaler: {actuator: docker}\n", "autoscaler.actuator"),
     (ENGINE + "autoscaler: {engines: nope}\n", "autoscaler.engines"),
     (ENGINE + "autoscaler: {policy: no-such-policy}\n", "autoscaler.policy"),
@@ -124,3 +124,34 @@ def test_a_model_path_or_an_explicit_shape_passes_the_catalogue_check_as_fake_vl
 def test_a_catalogue_error_lists_the_valid_names() -> None:
     with pytest.raises(ConfigError, match=r"engines\[0\]\.gpu='tpu': is not in the catalogue \(.*h100.*\)"):
         parse_up_fleet("engines:\n  - {flavor: vllm, model: llama-3.1-8b, gpu: tpu}\n")
+
+
+@pytest.mark.parametrize("text,message", [
+    (ENGINE.replace("}", ", replicas: null}"), "engines[0].replicas=None: must be int"),
+    (ENGINE.replace("}", ", args: 5}"), "engines[0].args=5: must be a list of flags"),
+    (ENGINE.replace("}", ", time_scale: .inf}"), "engines[0].time_scale=inf: must be a finite number"),
+    (ENGINE + "proxy: 5\n", "proxy=5: must be a mapping"),
+    (ENGINE + "proxy: {backends: [{url: 'http://127.0.0.1:1', models: 5}]}\n", "proxy.backends[0].models=5: must be"),
+    (ENGINE + "autoscaler: {signals: 5}\n", "autoscaler.signals=5: must be a list of signal names"),
+    (ENGINE + "autoscaler: {policy: [kpa]}\n", "autoscaler.policy=['kpa']: must be a policy spec"),
+    (ENGINE + "autoscaler: {interval_s: soon}\n", "autoscaler.interval_s='soon': must be a number"),
+    (ENGINE + "autoscaler: {hold: 5}\n", "autoscaler.hold=5: must be a mapping"),
+    (ENGINE + "autoscaler: {hold: {max_wait_s: x}}\n", "autoscaler.hold.max_wait_s='x': must be a number"),
+])
+def test_a_value_of_the_wrong_type_is_a_config_error_naming_file_and_field(tmp_path: Path, text: str,
+                                                                           message: str) -> None:
+    # before issue 16 these raised TypeError or AttributeError: a traceback from `flotilla up`
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_up_fleet(path)
+    assert str(err.value).startswith(f"{path}: {message}")
+
+
+def test_yaml_syntax_errors_and_missing_files_name_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(ENGINE + "proxy: {port: 8000\n")
+    with pytest.raises(ConfigError, match=rf"^{path}:4:1: invalid YAML: while parsing a flow mapping"):
+        load_up_fleet(path)
+    with pytest.raises(ConfigError, match=r"absent\.yaml: cannot read: No such file or directory"):
+        load_up_fleet(tmp_path / "absent.yaml")

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+
+import pytest
+
 from fake_engines.llamacpp.cli import build_parser, config_from_args
+from tests.conftest import REPO
 
 
 def test_llama_server_flags_and_short_forms():
@@ -16,3 +23,33 @@ def test_llama_server_flags_and_short_forms():
     assert (config.n_batch, config.n_ubatch) == (1024, 256)
     assert config.loras == [("a.gguf", 1.0), ("b.gguf", 0.5)]
     assert not config.warmup and config.metrics and not config.slots and config.slot_prompt_similarity == 0.5
+
+
+def _fails(*argv: str) -> str:
+    """stderr of a fake-llama-server that must refuse to start: exit status 2, one line, no traceback."""
+    out = subprocess.run([sys.executable, "-m", "fake_engines.llamacpp.cli", *argv], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+    return out.stderr
+
+
+def test_a_port_in_use_is_one_line_naming_port_and_host():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        err = _fails("-m", "llama-3.2-1b-Q4_K_M.gguf", "--port", str(port))
+    assert err == f"error: port {port} on 127.0.0.1 is in use\n"
+
+
+@pytest.mark.parametrize("argv,cause", [
+    (["--host", "192.0.2.1", "--port", "0"], "error: cannot listen on 192.0.2.1: not an address of this machine (--host)"),
+    (["--port", "65536"], "fake-llama-server: error: argument --port: invalid port 65536: must be in [0, 65535]"),
+    (["--gpu", "tpu", "--port", "0"], "error: unknown GPU 'tpu'; valid names: "),
+    (["--time-scale", "x"], "fake-llama-server: error: argument --time-scale: invalid float value: 'x'"),
+    (["--lora-scaled", "a.gguf", "x"], "error: --lora-scaled expects FNAME SCALE with a number for SCALE, got 'x'"),
+    (["--port", "0", "-m", "/nowhere/model.gguf"], "error: failed to load model '/nowhere/model.gguf'"),
+])
+def test_a_bad_flag_is_one_line_naming_it_and_exit_status_2(argv, cause):
+    assert _fails("-m", "llama-3.2-1b-Q4_K_M.gguf", *argv).startswith(cause)

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+
+import pytest
+
 from fake_engines.vllm.cli import build_parser, config_from_args
+from tests.conftest import REPO
 
 
 def _config(*argv: str):
@@ -32,3 +39,31 @@ def test_prefix_caching_hash_algo_flag_reaches_the_scheduler_and_cache_config_in
     spec = size_engine(config)
     assert build_scheduler(config, spec).kv_cache_manager._hash_chain.__name__ == "_builtin_chain"
     assert cache_config_labels(config, spec)["prefix_caching_hash_algo"] == "builtin"
+
+
+def _fails(*argv: str) -> str:
+    """stderr of a fake-vllm that must refuse to start: exit status 2, one line, no traceback."""
+    out = subprocess.run([sys.executable, "-m", "fake_engines.vllm.cli", *argv], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+    return out.stderr
+
+
+def test_a_port_in_use_is_one_line_naming_port_and_host():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        err = _fails("serve", "llama-3.2-1b", "--port", str(port))
+    assert err == f"ERROR: port {port} on 127.0.0.1 is in use\n"
+
+
+@pytest.mark.parametrize("argv,cause", [
+    (["--host", "192.0.2.1", "--port", "0"], "ERROR: cannot listen on 192.0.2.1: not an address of this machine (--host)"),
+    (["--port", "65536"], "fake-vllm serve: error: argument --port: invalid port 65536: must be in [0, 65535]"),
+    (["--gpu", "tpu", "--port", "0"], "ERROR: unknown GPU 'tpu'; valid names: "),
+    (["--time-scale", "x"], "fake-vllm serve: error: argument --time-scale: invalid float value: 'x'"),
+])
+def test_a_bad_flag_is_one_line_naming_it_and_exit_status_2(argv, cause):
+    assert _fails("serve", "llama-3.2-1b", *argv).startswith(cause)
