@@ -1,7 +1,13 @@
 import pytest
 
 from proxy.errors import ProxyError
-from proxy.request_parse import MAX_JSON_DEPTH, check_content_type, load_json_object, parse_request, render_chat
+from proxy.request_parse import (
+    MAX_JSON_DEPTH,
+    check_content_type,
+    load_json_object,
+    parse_request,
+    render_chat,
+)
 
 
 def parse(body: dict, chat: bool = False, headers: dict | None = None, adapters: frozenset = frozenset()):
