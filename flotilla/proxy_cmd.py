@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # imported for real only when the command runs (aiohttp is no
 
     from proxy.autoscale.config import AutoscaleConfig
     from proxy.config import ProxyConfig
+    from proxy.discovery import DiscoverSpec
 
 HELP = "run the OpenAI-compatible streaming router in front of engine replicas"
 DESCRIPTION = """\
@@ -27,6 +28,7 @@ Route OpenAI-style requests over a fleet of vLLM, llama-server or other OpenAI-c
 
   flotilla proxy --backend vllm=http://127.0.0.1:8001 --backend llamacpp=http://127.0.0.1:8002
   flotilla proxy --config fleet.yaml --policy prefix-aware --port 8000
+  flotilla proxy --discover vllm=k8s:vllm          # every pod of a Kubernetes Service
 
 Serves /v1/completions, /v1/chat/completions (forwarded), /v1/models (the union over backends),
 /health, /ready, /metrics (flotilla_*), and with --admin-token
@@ -42,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", action="append", default=[], metavar="[FLAVOR=]URL",
                         help="a backend; FLAVOR is vllm, llamacpp or openai; repeat for more")
     parser.add_argument("--config", type=Path, help="fleet YAML with backends (and policy); watched")
+    from proxy.discovery import add_arguments as add_discovery_arguments  # stays free of aiohttp
+
+    add_discovery_arguments(parser)
     parser.add_argument("--admin-token", default=os.environ.get("FLOTILLA_ADMIN_TOKEN"),
                         help="bearer token for /admin/*; default $FLOTILLA_ADMIN_TOKEN; unset disables it")
     parser.add_argument("--instance-id", default=os.environ.get("FLOTILLA_INSTANCE_ID"),
@@ -100,11 +105,15 @@ INSTANCE_HEADER = "x-flotilla-instance"
 
 
 async def serve(config: ProxyConfig, autoscale: AutoscaleConfig | None = None,
-                instance_id: str | None = None) -> None:
+                instance_id: str | None = None, discover: list[DiscoverSpec] | None = None) -> None:
     from proxy.app import start_proxy
     from proxy.server import raise_open_file_limit
 
     def extend(app: web.Application) -> None:
+        if discover:
+            from proxy.discovery import attach as attach_discovery
+
+            attach_discovery(app, discover)
         if autoscale is not None:
             from proxy.autoscale.setup import attach
 
@@ -147,19 +156,25 @@ def run(args: argparse.Namespace) -> int:
 
     from proxy.app import create_policy
     from proxy.config import ConfigError
+    from proxy.discovery import specs_from_args
+    from proxy.kube import KubeError
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = build_config(args)
         create_policy(config.policy, random.Random())  # a bad spec fails here, with the valid names
         autoscale = autoscale_config(args)
+        discover = specs_from_args(args)
     except (ConfigError, OSError, ValueError) as exc:
         return _fail(str(exc))
-    if not config.backends and config.config_path is None and autoscale is None:
-        return _fail("give at least one --backend URL, --config fleet.yaml or --autoscale SPEC")
+    if not config.backends and config.config_path is None and autoscale is None and not discover:
+        return _fail("give at least one --backend URL, --discover k8s:SERVICE, --config fleet.yaml "
+                     "or --autoscale SPEC")
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(serve(config, autoscale, args.instance_id))
+            runner.run(serve(config, autoscale, args.instance_id, discover))
+    except KubeError as exc:  # no cluster configuration for --discover (nothing listens yet)
+        return _fail(str(exc))
     except OSError as exc:  # the port or --host cannot be bound (start_proxy has undone its startup)
         return _fail(bind_error(config.host, config.port, exc))
     return 0

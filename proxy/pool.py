@@ -38,7 +38,8 @@ class Backend:
     spec: BackendSpec
     breaker: CircuitBreaker
     source: str = "static"
-    """static (command line), file (fleet file) or admin (added through the admin API)."""
+    """static (command line), file (fleet file), admin (added through the admin API), autoscaler
+    or k8s:SERVICE (a pod found through its Service, proxy/discovery.py)."""
     state: BackendState = BackendState.STARTING
     ever_ready: bool = False
     discovered_models: frozenset[str] = frozenset()

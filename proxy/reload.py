@@ -13,14 +13,15 @@ from proxy.pool import Backend, BackendPool
 log = logging.getLogger(__name__)
 
 
-def apply_fleet(pool: BackendPool, specs: tuple[BackendSpec, ...]) -> list[Backend]:
-    """Add or update the file's backends, drain file backends it no longer lists; return new ones."""
+def apply_fleet(pool: BackendPool, specs: tuple[BackendSpec, ...], source: str = "file") -> list[Backend]:
+    """Add or update the backends of `source` (the fleet file, or a discovered Service), drain
+    those of its backends it no longer lists; return the new ones."""
     wanted = {s.url: s for s in specs}
     known = {b.url for b in pool}
     for b in list(pool):
-        if b.source == "file" and b.url not in wanted:
+        if b.source == source and b.url not in wanted:
             pool.drain(b.url)
-    return [pool.add(spec, source="file") for url, spec in wanted.items() if url not in known]
+    return [pool.add(spec, source=source) for url, spec in wanted.items() if url not in known]
 
 
 class FleetWatcher:

@@ -110,6 +110,15 @@ def test_a_missing_fleet_file_is_one_line_naming_it(tmp_path: Path) -> None:
     assert f"{tmp_path / 'absent.yaml'}: cannot read: No such file or directory" in err
 
 
+def test_discover_without_a_cluster_configuration_is_one_line_naming_it(tmp_path: Path) -> None:
+    err = _proxy_fails("--discover", "vllm=k8s:vllm", "--port", "0", "--kubeconfig", str(tmp_path / "absent"))
+    assert "kubernetes: no usable configuration" in err and str(tmp_path / "absent") in err
+
+
+def test_a_bad_discover_flag_is_one_line_naming_it() -> None:
+    assert "source='svc:vllm': must be k8s:SERVICE" in _proxy_fails("--discover", "svc:vllm")
+
+
 @pytest.mark.parametrize("argv,cause", [
     (["--log-level", "nonsense"], "argument --log-level: invalid level 'nonsense': choose from debug, info"),
     (["--port", "70000"], "argument --port: invalid port 70000: must be in [0, 65535]"),

@@ -1,118 +1,38 @@
-"""The kubernetes actuator against a recorded API contract: a fake API server on 127.0.0.1 that
-checks the bearer token, each request's method, path, query, content type and JSON body, and
-answers Scale, EndpointSliceList and watch events in the shapes the Kubernetes API documents."""
+"""The kubernetes actuator against a recorded API contract: lightkube, the client it uses, talks to
+a fake API server on 127.0.0.1 (tests/proxy/kube_api.py) that checks the bearer token, each
+request's method, path, query, content type and JSON body, and answers Scale, EndpointSliceList
+and watch events in the shapes a real API server sends."""
 
 from __future__ import annotations
 
-import asyncio
 import json
+import sys
 
 import pytest
-from aiohttp import web
 
 from policies.routing.base import BackendState
 from policies.scaling import create_policy
 from proxy.autoscale.actuator import ActuatorError
-from proxy.autoscale.kubernetes import KubernetesActuator, KubernetesSettings, from_kubeconfig
+from proxy.autoscale.kubernetes import KubernetesActuator, KubernetesSettings
 from proxy.autoscale.loop import Autoscaler
 from proxy.autoscale.signals import ArrivalCounter, PoolSignals
 from proxy.pool import BackendPool
+from tests.proxy.kube_api import SCALE, SLICES, TOKEN, FakeApiServer, endpoint, endpoint_slice, serve
 from tests.waiting import wait_until
 
-TOKEN = "eyJhbGciOiJSUzI1NiJ9.test"
-SCALE = "/apis/apps/v1/namespaces/ml/deployments/vllm/scale"
-SLICES = "/apis/discovery.k8s.io/v1/namespaces/ml/endpointslices"
-
-
-def endpoint(pod: str, ip: str, ready: bool = True, terminating: bool = False) -> dict:
-    return {"addresses": [ip], "conditions": {"ready": ready, "serving": ready, "terminating": terminating},
-            "targetRef": {"kind": "Pod", "namespace": "ml", "name": pod}}
-
-
-def endpoint_slice(*endpoints: dict, name: str = "vllm-abcde") -> dict:
-    return {"kind": "EndpointSlice", "apiVersion": "discovery.k8s.io/v1", "addressType": "IPv4",
-            "metadata": {"name": name, "namespace": "ml", "labels": {"kubernetes.io/service-name": "vllm"}},
-            "ports": [{"name": "http", "port": 8000, "protocol": "TCP"}], "endpoints": list(endpoints)}
-
-
-class FakeApiServer:
-    def __init__(self) -> None:
-        self.replicas = 2
-        self.calls: list[tuple[str, str, dict, object]] = []
-        self.events: asyncio.Queue[dict] = asyncio.Queue()
-        self.slice = endpoint_slice(endpoint("vllm-7d9f-a", "10.0.0.11"), endpoint("vllm-7d9f-b", "10.0.0.12"))
-
-    def app(self) -> web.Application:
-        app = web.Application(middlewares=[self.auth])
-        app.add_routes([web.get(SCALE, self.get_scale), web.patch(SCALE, self.patch_scale),
-                        web.patch("/api/v1/namespaces/ml/pods/{pod}", self.patch_pod),
-                        web.get(SLICES, self.slices)])
-        return app
-
-    @web.middleware
-    async def auth(self, request: web.Request, handler):
-        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
-            return web.json_response({"kind": "Status", "status": "Failure", "reason": "Unauthorized",
-                                      "code": 401, "message": "Unauthorized"}, status=401)
-        body = await request.json() if request.can_read_body else None
-        self.calls.append((request.method, request.path, dict(request.query), body))
-        if request.method == "PATCH" and request.headers["Content-Type"] != "application/merge-patch+json":
-            return web.json_response({"kind": "Status", "code": 415, "message": "unsupported patch"}, status=415)
-        return await handler(request)
-
-    def scale(self) -> dict:
-        return {"kind": "Scale", "apiVersion": "autoscaling/v1",
-                "metadata": {"name": "vllm", "namespace": "ml", "resourceVersion": "1201"},
-                "spec": {"replicas": self.replicas},
-                "status": {"replicas": self.replicas, "selector": "app.kubernetes.io/name=vllm"}}
-
-    async def get_scale(self, request: web.Request) -> web.Response:
-        return web.json_response(self.scale())
-
-    async def patch_scale(self, request: web.Request) -> web.Response:
-        self.replicas = self.calls[-1][3]["spec"]["replicas"]
-        return web.json_response(self.scale())
-
-    async def patch_pod(self, request: web.Request) -> web.Response:
-        return web.json_response({"kind": "Pod", "apiVersion": "v1", "metadata": {
-            "name": request.match_info["pod"], "namespace": "ml", **self.calls[-1][3]["metadata"]}})
-
-    async def slices(self, request: web.Request) -> web.StreamResponse:
-        if request.query.get("watch") != "1":
-            return web.json_response({"kind": "EndpointSliceList", "apiVersion": "discovery.k8s.io/v1",
-                                      "metadata": {"resourceVersion": "5001"}, "items": [self.slice]})
-        response = web.StreamResponse(headers={"Content-Type": "application/json"})
-        await response.prepare(request)
-        while True:
-            event = await self.events.get()
-            await response.write(json.dumps(event).encode() + b"\n")
+WATCH_QUERY = {"labelSelector": "kubernetes.io/service-name=vllm", "watch": "true", "resourceVersion": "5000"}
 
 
 @pytest.fixture
 async def api(tmp_path):
     fake = FakeApiServer()
-    # the watch handler waits on a queue: cancel it when its client goes
-    runner = web.AppRunner(fake.app(), handler_cancellation=True, shutdown_timeout=1.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    kubeconfig = tmp_path / "config"
-    kubeconfig.write_text(f"""apiVersion: v1
-kind: Config
-current-context: test
-clusters:
-- name: test
-  cluster: {{server: "http://127.0.0.1:{port}"}}
-users:
-- name: flotilla
-  user: {{token: "{TOKEN}"}}
-contexts:
-- name: test
-  context: {{cluster: test, user: flotilla, namespace: ml}}
-""")
+    runner, kubeconfig = await serve(fake, tmp_path)
     yield fake, kubeconfig
     await runner.cleanup()
+
+
+def vllm_slice(*endpoints: dict) -> dict:
+    return endpoint_slice(*endpoints, name="vllm-abcde", service="vllm")
 
 
 async def test_replicas_follow_the_endpoint_slices_and_scaling_patches_the_scale_subresource(api):
@@ -125,18 +45,17 @@ async def test_replicas_follow_the_endpoint_slices_and_scaling_patches_the_scale
                                                            ("vllm-7d9f-b", "http://10.0.0.12:8000")]
         assert fake.calls[0][:3] == ("GET", SCALE, {})
         assert fake.calls[1][:3] == ("GET", SLICES, {"labelSelector": "kubernetes.io/service-name=vllm"})
-        await wait_until(lambda: len(fake.calls) >= 3)
-        assert fake.calls[2][:3] == ("GET", SLICES, {
-            "labelSelector": "kubernetes.io/service-name=vllm", "watch": "1", "resourceVersion": "5001",
-            "allowWatchBookmarks": "true", "timeoutSeconds": "300"})
+        await wait_until(lambda: fake.watchers == 1)
+        assert fake.calls[2][:3] == ("GET", SLICES, WATCH_QUERY)
 
         placeholder = await actuator.start_replica()
         assert placeholder.url is None
         assert fake.calls[-1] == ("PATCH", SCALE, {}, {"spec": {"replicas": 3}})
         assert [h.replica_id for h in await actuator.replicas()][-1] == placeholder.replica_id
 
-        fake.slice = endpoint_slice(*fake.slice["endpoints"], endpoint("vllm-7d9f-c", "10.0.0.13", ready=False))
-        await fake.events.put({"type": "MODIFIED", "object": fake.slice})
+        a, b = fake.slices["vllm"][0]["endpoints"]
+        c = endpoint("vllm-7d9f-c", "10.0.0.13", ready=False)
+        await fake.events.put({"type": "MODIFIED", "object": vllm_slice(a, b, c)})
         await wait_until(lambda: len(actuator.endpoints()) == 3)
         assert [h.replica_id for h in await actuator.replicas()] == ["vllm-7d9f-a", "vllm-7d9f-b", "vllm-7d9f-c"]
 
@@ -145,14 +64,29 @@ async def test_replicas_follow_the_endpoint_slices_and_scaling_patches_the_scale
             "metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "-1000"}}})
         assert fake.calls[-1] == ("PATCH", SCALE, {}, {"spec": {"replicas": 2}})
         terminating = endpoint("vllm-7d9f-b", "10.0.0.12", ready=False, terminating=True)
-        await fake.events.put({"type": "MODIFIED", "object": endpoint_slice(
-            fake.slice["endpoints"][0], terminating, fake.slice["endpoints"][2])})
+        await fake.events.put({"type": "MODIFIED", "object": vllm_slice(a, terminating, c)})
         await wait_until(lambda: [h.replica_id for h in actuator.endpoints()] == ["vllm-7d9f-a", "vllm-7d9f-c"])
-        await fake.events.put({"type": "DELETED", "object": fake.slice})
+        await fake.events.put({"type": "DELETED", "object": vllm_slice(a, c)})
         await wait_until(lambda: actuator.endpoints() == [])
     finally:
         await actuator.shutdown()
     assert fake.replicas == 2  # shutdown leaves the workload as it is
+
+
+async def test_an_expired_watch_lists_again_and_catches_up(api):
+    fake, kubeconfig = api
+    actuator = KubernetesActuator(KubernetesSettings(workload="deployment/vllm", kubeconfig=kubeconfig))
+    try:
+        assert len(await actuator.replicas()) == 2
+        await wait_until(lambda: fake.watchers == 1)
+        # while the watch was down the pods changed; the API says the old version is gone
+        fake.slices["vllm"] = [vllm_slice(endpoint("vllm-7d9f-z", "10.0.0.19"))]
+        await fake.events.put({"type": "ERROR", "object": {
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "too old resource version: 5000 (5100)", "reason": "Expired", "code": 410}})
+        await wait_until(lambda: [h.replica_id for h in actuator.endpoints()] == ["vllm-7d9f-z"], timeout_s=60)
+    finally:
+        await actuator.shutdown()
 
 
 async def test_the_loop_keeps_the_pool_in_step_with_the_pods(api):
@@ -171,8 +105,7 @@ async def test_the_loop_keeps_the_pool_in_step_with_the_pods(api):
         assert scaler.measured_cold_start_s is None  # found running: their launch time is unknown
         await scaler.start_replicas(1, 5.0)
         assert scaler.fleet_state(6.0).starting == 1  # the placeholder
-        fake.slice = endpoint_slice(endpoint("vllm-7d9f-a", "10.0.0.11"))
-        await fake.events.put({"type": "MODIFIED", "object": fake.slice})
+        await fake.events.put({"type": "MODIFIED", "object": vllm_slice(endpoint("vllm-7d9f-a", "10.0.0.11"))})
         await wait_until(lambda: len(actuator.endpoints()) == 1)
         await scaler.reconcile(7.0)
         assert [b.url for b in pool] == ["http://10.0.0.11:8000"]  # the vanished pod left the pool
@@ -184,13 +117,48 @@ async def test_the_loop_keeps_the_pool_in_step_with_the_pods(api):
 
 async def test_a_wrong_token_is_an_error_naming_the_call(api):
     fake, kubeconfig = api
-    server, namespace = from_kubeconfig(kubeconfig)
-    assert namespace == "ml"
-    server.token = "wrong"
-    actuator = KubernetesActuator(KubernetesSettings(workload="deployment/vllm", namespace="ml"), api=server)
-    with pytest.raises(ActuatorError, match=f"GET {SCALE}: 401 Unauthorized"):
+    fake.token = "another"
+    actuator = KubernetesActuator(KubernetesSettings(workload="deployment/vllm", kubeconfig=kubeconfig))
+    assert actuator.namespace == "ml"  # the kubeconfig context's
+    with pytest.raises(ActuatorError, match="get deployments/vllm/scale: 401 Unauthorized"):
         await actuator.current_scale()
     await actuator.shutdown()
+
+
+async def test_a_rotated_token_file_is_read_again_on_401(api, tmp_path):
+    """The service-account token rotates under a running pod: the client reads the file again
+    when the API refuses the old token, as client-go does (here through kubeconfig's tokenFile,
+    the same code path as the in-cluster token)."""
+    fake, kubeconfig = api
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    kubeconfig.write_text(kubeconfig.read_text().replace(f'token: "{TOKEN}"', f'tokenFile: "{token_file}"'))
+    actuator = KubernetesActuator(KubernetesSettings(workload="deployment/vllm", kubeconfig=kubeconfig))
+    try:
+        assert await actuator.current_scale() == 2
+        fake.token = "rotated-token"
+        token_file.write_text("rotated-token\n")
+        assert await actuator.current_scale() == 2
+        assert [c[:2] for c in fake.calls] == [("GET", SCALE), ("GET", SCALE)]  # the 401 is not recorded
+    finally:
+        await actuator.shutdown()
+
+
+async def test_a_kubeconfig_exec_plugin_supplies_the_token(api, tmp_path):
+    """EKS, GKE and AKS kubeconfigs get their token from an exec credential plugin."""
+    fake, kubeconfig = api
+    plugin = tmp_path / "plugin.py"
+    credential = {"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential",
+                  "status": {"token": TOKEN, "expirationTimestamp": "2099-01-01T00:00:00Z"}}
+    plugin.write_text(f"print({json.dumps(json.dumps(credential))})\n")
+    user = (f'exec: {{apiVersion: client.authentication.k8s.io/v1beta1, command: "{sys.executable}", '
+            f'args: ["{plugin}"], interactiveMode: Never}}')
+    kubeconfig.write_text(kubeconfig.read_text().replace(f'token: "{TOKEN}"', user))
+    actuator = KubernetesActuator(KubernetesSettings(workload="deployment/vllm", kubeconfig=kubeconfig))
+    try:
+        assert await actuator.current_scale() == 2
+    finally:
+        await actuator.shutdown()
 
 
 def test_the_workload_names_its_kind():
