@@ -15,15 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
-
-class ConfigError(ValueError):
-    """A policy or limits setting that cannot be used, naming the field at fault."""
-
-    def __init__(self, field: str, value: object, reason: str) -> None:
-        super().__init__(f"{field}={value!r}: {reason}")
-        self.field = field
-        self.value = value
-        self.reason = reason
+from flotilla.errors import ConfigError as ConfigError  # re-exported: the policies' error
 
 
 @dataclass(frozen=True)

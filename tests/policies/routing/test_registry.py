@@ -147,7 +147,7 @@ def plugin_on_path(tmp_path, monkeypatch):
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     yield
-    registry._REGISTRY.pop("last", None)
+    registry.REGISTRY.forget("last")
     sys.modules.pop("flotilla_last_policy", None)
 
 

@@ -93,9 +93,11 @@ def test_plug_ins_from_the_entry_point_group_are_listed_and_built_on_first_use(
         fixed = fixed_scaling_plugin:FixedPolicy
         """))
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     monkeypatch.delitem(sys.modules, "fixed_scaling_plugin", raising=False)
-    assert "fixed" in registry.available_policies()
-    policy = registry.create_policy("fixed:replicas=7,max_replicas=5")
-    assert policy.name == "fixed"
-    assert policy.decide([], FleetState(0)).desired == 5
+    try:
+        assert "fixed" in registry.available_policies()
+        policy = registry.create_policy("fixed:replicas=7,max_replicas=5")
+        assert policy.name == "fixed"
+        assert policy.decide([], FleetState(0)).desired == 5
+    finally:
+        registry.REGISTRY.forget("fixed")
