@@ -10,32 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from fake_engines.llamacpp.config import LlamaServerConfig
+from fake_engines.factory import EngineConfig, LlamaServerConfig, VllmServeConfig, build_engine, parse_command
+from fake_engines.factory.vllm_engine import VllmEngineSpec
 from fake_engines.perf.batch import StepBatch
 from fake_engines.perf.step_time import decode_batch, prefill_batch
-from fake_engines.vllm.config import VllmServeConfig
 
 REFERENCE_PROMPT_TOKENS = 512
 """Prompt of the reference request capacity is counted in (loadgen's default input)."""
 REFERENCE_OUTPUT_TOKENS = 128
 """Output of the reference request (loadgen's default output)."""
 
-EngineConfig = VllmServeConfig | LlamaServerConfig
-
 
 def engine_config(argv: Sequence[str]) -> EngineConfig:
-    """The config of the engine `argv` starts: `python -m fake_engines.vllm.cli serve ...` or
-    `python -m fake_engines.llamacpp.cli ...`, parsed by that engine's own parser."""
-    module = argv[2] if len(argv) > 2 and argv[1] == "-m" else ""
-    if module == "fake_engines.vllm.cli":
-        from fake_engines.vllm import cli as vllm_cli
-
-        return vllm_cli.config_from_args(vllm_cli.build_parser().parse_args(list(argv[3:])))
-    if module == "fake_engines.llamacpp.cli":
-        from fake_engines.llamacpp import cli as llama_cli
-
-        return llama_cli.config_from_args(llama_cli.build_parser().parse_args(list(argv[3:])))
-    raise ValueError(f"not a look-alike engine command: {' '.join(argv[:4])}")
+    """The config of the engine `argv` starts, read by that engine's own parser (the engine factory)."""
+    return parse_command(argv)
 
 
 def capacity_rps(config: EngineConfig, prompt_tokens: int = REFERENCE_PROMPT_TOKENS,
@@ -56,17 +44,13 @@ def capacity_rps(config: EngineConfig, prompt_tokens: int = REFERENCE_PROMPT_TOK
 
 
 def _vllm(config: VllmServeConfig, request_tokens: int) -> tuple[Callable[[StepBatch], float], int, int]:
-    from fake_engines.vllm import engine
-
-    sized = engine.size_engine(config)
-    fits = sized.num_gpu_blocks * config.resolved_block_size // request_tokens
-    return engine.step_time_fn(config, sized), max(1, min(sized.max_num_seqs, fits)), config.data_parallel_size
+    built = build_engine(config)
+    assert isinstance(built.spec, VllmEngineSpec)
+    fits = built.spec.num_gpu_blocks * config.resolved_block_size // request_tokens
+    return built.step_time, max(1, min(built.spec.max_num_seqs, fits)), config.data_parallel_size
 
 
 def _llama(config: LlamaServerConfig) -> tuple[Callable[[StepBatch], float], int, int]:
     from fake_engines.core import LlamaCppSchedulerConfig
-    from fake_engines.llamacpp import engine
-    from fake_engines.llamacpp.model import load_model
 
-    sized = engine.size_engine(config, load_model(config.model))
-    return engine.step_time_fn(sized), LlamaCppSchedulerConfig(n_parallel=config.n_parallel).num_slots, 1
+    return build_engine(config).step_time, LlamaCppSchedulerConfig(n_parallel=config.n_parallel).num_slots, 1

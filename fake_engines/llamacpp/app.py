@@ -11,11 +11,12 @@ from fake_engines.core import OutputLengthSampler, SlotState, decode, encode
 from fake_engines.driver.chat import CHATML_TEMPLATE, chat_prompt
 from fake_engines.driver.live import LiveDriver
 from fake_engines.driver.serving import TIME_SCALE_HEADER, json_body
+from fake_engines.factory import build_engine
 from fake_engines.llamacpp import engine
 from fake_engines.llamacpp.config import BUILD_INFO, LlamaServerConfig
 from fake_engines.llamacpp.errors import LlamaError, loading, not_found, parse_json
 from fake_engines.llamacpp.metrics import METRICS_CONTENT_TYPE, render_metrics
-from fake_engines.llamacpp.model import GgufModel, load_model
+from fake_engines.llamacpp.model import GgufModel
 from fake_engines.llamacpp.shapes import generation_settings
 from fake_engines.llamacpp.telemetry import LlamaTelemetry
 
@@ -63,13 +64,14 @@ SERVER_KEY = web.AppKey("llama_server", LlamaServer)
 
 def build_server(config: LlamaServerConfig) -> LlamaServer:
     """Load the model description, place layers, wire core, driver and counters."""
-    model = load_model(config.model)
-    spec = engine.size_engine(config, model)
-    core = engine.build_scheduler(config, model)
+    built = build_engine(config)  # the engine factory: -m loaded, layers placed, slots sized
+    assert isinstance(built.config, LlamaServerConfig) and isinstance(built.spec, engine.LlamaEngineSpec)
+    assert built.gguf is not None
+    core = built.new_core()
     telemetry = LlamaTelemetry(core)
-    driver = LiveDriver(core, engine.step_time_fn(spec), config.time_scale, telemetry)
+    driver = LiveDriver(core, built.step_time, config.time_scale, telemetry)
     sampler = OutputLengthSampler(seed=config.seed, mean_output_tokens=config.mean_output_tokens)
-    return LlamaServer(config, model, spec, driver, telemetry, sampler, [s for _, s in config.loras])
+    return LlamaServer(built.config, built.gguf, built.spec, driver, telemetry, sampler, [s for _, s in config.loras])
 
 
 def create_app(config: LlamaServerConfig) -> web.Application:

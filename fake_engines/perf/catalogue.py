@@ -125,13 +125,16 @@ class ModelSpec:
     """Cached width per token per layer for multi-head latent attention; 0 = ordinary K and V heads."""
     tied_embeddings: bool = False
     """The LM head reuses the embedding table (then the table is read every step)."""
+    max_position_embeddings: int = 0
+    """Context length the model was trained for (config.json `max_position_embeddings`): vLLM's
+    default --max-model-len and llama.cpp's n_ctx_train; 0 when unknown (an explicit shape)."""
     source: str = ""
     """Where the shape comes from."""
 
     def __post_init__(self) -> None:
         _positive(self, "params", "active_params", "layers")
         _not_negative(self, "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab", "experts",
-                      "top_k", "kv_latent_dim")
+                      "top_k", "kv_latent_dim", "max_position_embeddings")
         if self.active_params > self.params:
             raise CatalogueError(f"model {self.name!r}: active_params exceeds params")
         if self.top_k > self.experts:

@@ -13,6 +13,7 @@ from fake_engines.core import OutputLengthSampler, decode, encode
 from fake_engines.driver.chat import chat_prompt
 from fake_engines.driver.live import LiveDriver
 from fake_engines.driver.serving import TIME_SCALE_HEADER, json_body
+from fake_engines.factory import build_engine
 from fake_engines.vllm import engine
 from fake_engines.vllm.config import VLLM_VERSION, VllmServeConfig
 from fake_engines.vllm.errors import VllmError, parse_json_body, validation_error
@@ -85,17 +86,20 @@ SERVER_KEY = web.AppKey("vllm_server", VllmServer)
 
 
 def build_server(config: VllmServeConfig) -> VllmServer:
-    """Size the engine (ModelDoesNotFit propagates) and wire cores, drivers and metrics."""
-    spec = engine.size_engine(config)
+    """Size the engine through the engine factory (ModelDoesNotFit propagates) and wire cores,
+    drivers and metrics; the server keeps the resolved config (max_model_len, batch limits filled)."""
+    built = build_engine(config)
+    config, spec = built.config, built.spec
+    assert isinstance(config, VllmServeConfig) and isinstance(spec, engine.VllmEngineSpec)
     ranks = tuple(str(rank) for rank in range(config.data_parallel_size))
-    metrics = VllmMetrics(config.model_name, config.max_model_len, engine.cache_config_labels(config, spec),
+    metrics = VllmMetrics(config.model_name, config.max_model_len or spec.max_model_len,
+                          engine.cache_config_labels(config, spec),
                           max_loras=config.max_loras if config.enable_lora else None, engines=ranks)
-    step_time = engine.step_time_fn(config, spec)
     units = []
     for rank in ranks:
-        core = engine.build_scheduler(config, spec)
+        core = built.new_core()
         telemetry = VllmTelemetry(metrics, core, rank)
-        units.append(EngineUnit(LiveDriver(core, step_time, config.time_scale, telemetry), telemetry))
+        units.append(EngineUnit(LiveDriver(core, built.step_time, config.time_scale, telemetry), telemetry))
     sampler = OutputLengthSampler(seed=config.seed, mean_output_tokens=config.mean_output_tokens)
     return VllmServer(config, spec, units, metrics, sampler, loras=dict(config.lora_modules))
 

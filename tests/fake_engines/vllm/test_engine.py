@@ -27,7 +27,7 @@ def test_kv_blocks_come_from_the_capacity_model_or_the_override():
     config, spec = _size(gpu="h100", tensor_parallel_size=2)
     assert spec.num_gpu_blocks == kv_cache_blocks(catalogue.model("llama-3.1-8b"), catalogue.gpu("h100"),
                                                   Layout(tp=2), 0.9, 16, 2)
-    assert _size(num_gpu_blocks_override=512)[1].num_gpu_blocks == 512
+    assert _size(num_gpu_blocks_override=512, max_model_len=8192)[1].num_gpu_blocks == 512
     labels = cache_config_labels(config, spec)
     assert labels["num_gpu_blocks"] == str(spec.num_gpu_blocks)
     assert labels["kv_cache_size_tokens"] == str(spec.num_gpu_blocks * 16)
@@ -45,6 +45,31 @@ def test_70b_needs_enough_gpus():
 def test_max_model_len_beyond_the_kv_cache_is_refused_with_the_estimate():
     with pytest.raises(ModelDoesNotFit, match="estimated maximum model length is 160"):
         _size(num_gpu_blocks_override=10, max_model_len=8192)
+
+
+def test_max_model_len_defaults_to_the_models_context_which_the_kv_cache_must_hold_as_in_vllm():
+    assert _size(gpu="h100")[1].max_model_len == 131072  # llama-3.1-8b's max_position_embeddings
+    assert _size(model="mistral-7b")[1].max_model_len == 32768
+    # 16 GiB for one 128K request on a 24 GB card: vLLM refuses to start, and says what would fit
+    with pytest.raises(ModelDoesNotFit, match=r"max seq len \(131072\).*estimated maximum model length is 27008"):
+        _size(gpu="rtx4090")
+    assert _size(gpu="rtx4090", max_model_len=8192)[1].max_model_len == 8192
+
+
+def test_max_model_len_auto_fits_the_kv_cache_up_to_the_models_context():
+    assert _size(gpu="rtx4090", max_model_len=-1)[1].max_model_len == 27008
+    assert _size(gpu="h100", max_model_len=-1)[1].max_model_len == 131072
+
+
+def test_unset_batch_limits_are_fitted_to_max_model_len_and_to_each_other_as_vllm_does():
+    # max_num_batched_tokens = min(max_num_seqs * max_model_len, the GPU's default); max_num_seqs
+    # then no more than the budget (_set_default_max_num_seqs_and_batched_tokens_args)
+    spec = _size(max_num_batched_tokens=512)[1]
+    assert (spec.max_num_batched_tokens, spec.max_num_seqs) == (512, 512)
+    spec = _size(max_model_len=4, max_num_seqs=2, gpu="a100")[1]
+    assert (spec.max_num_batched_tokens, spec.max_num_seqs) == (8, 2)
+    with pytest.raises(ServeConfigError, match=r"max_num_batched_tokens \(64\) must be greater than or equal"):
+        _size(max_num_batched_tokens=64, max_num_seqs=128)
 
 
 def test_bad_flags_name_the_flag():

@@ -1,0 +1,181 @@
+"""`fake-llama-server` flags and settings: llama-server's flags plus the look-alike's own.
+
+The parser here is the one `fake-llama-server` runs and the one the engine factory reads a fleet
+group's command line with, so the same flags give the same config everywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from flotilla.cli_errors import OneLineParser, port_number
+from flotilla.errors import FlagError
+
+SPLIT_MODES = ("none", "layer", "row", "tensor")
+
+
+class ServerConfigError(FlagError):
+    """A flag value llama-server would refuse; the message names the flag."""
+
+
+@dataclass
+class LlamaServerConfig:
+    """Everything `fake-llama-server` is started with."""
+
+    model: str
+    """-m: a GGUF path, or <catalogue-model>-<QUANT>.gguf."""
+    alias: str | None = None
+    """-a: the model id clients see; defaults to -m as given."""
+    n_ctx: int = 4096
+    """-c: KV cells in tokens, shared by all slots."""
+    n_parallel: int = -1
+    """-np: slots; -1 is auto (4 slots, unified KV)."""
+    n_gpu_layers: int = -1
+    """-ngl: layers on GPUs; -1 means all."""
+    split_mode: str = "layer"
+    """-sm: none, layer, row or tensor."""
+    tensor_split: list[float] = field(default_factory=list)
+    """-ts: share of layers per GPU; its length is the GPU count (1 when empty)."""
+    main_gpu: int = 0
+    """-mg: the GPU used with -sm none."""
+    n_batch: int = 2048
+    """-b: logical batch."""
+    n_ubatch: int = 512
+    """-ub: physical batch."""
+    loras: list[tuple[str, float]] = field(default_factory=list)
+    """--lora / --lora-scaled: adapter paths with their global scales, ids in order."""
+    warmup: bool = True
+    """False with --no-warmup."""
+    metrics: bool = False
+    """--metrics: serve /metrics (501 otherwise)."""
+    slots: bool = True
+    """False with --no-slots: /slots answers 501."""
+    slot_prompt_similarity: float = 0.10
+    """--slot-prompt-similarity: least common-prefix share to pick a slot by its cache."""
+    host: str = "127.0.0.1"
+    """Address to bind."""
+    port: int = 8080
+    """TCP port; 0 picks a free one."""
+    api_key: str | None = None
+    """Bearer token required on all but the public routes."""
+    gpu: str = "h100"
+    """Catalogue GPU the look-alike pretends to run on."""
+    catalogue: tuple[str, ...] = ()
+    """Extra catalogue YAML files (models, GPUs, links) laid over the built-in one."""
+    time_scale: float = 1.0
+    """Multiply every modelled duration by this."""
+    seed: int = 0
+    """Seeds generated text and output lengths."""
+    load_gbps: float = 5.0
+    """Weight loading bandwidth, GB/s."""
+    startup_s: float = 0.5
+    """Process start-up before loading (modelled seconds)."""
+    mean_output_tokens: float = 128.0
+    """Mean output length before EOS."""
+
+    def __post_init__(self) -> None:
+        for name in ("n_ctx", "n_batch", "n_ubatch"):
+            if getattr(self, name) < 1:
+                raise ServerConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.n_parallel == 0 or self.n_parallel < -1:
+            raise ServerConfigError(f"-np must be >= 1 or -1 (auto), got {self.n_parallel}")
+        if self.split_mode not in SPLIT_MODES:
+            raise ServerConfigError(f"-sm must be one of {', '.join(SPLIT_MODES)}, got {self.split_mode!r}")
+        if not 0.0 <= self.slot_prompt_similarity <= 1.0:
+            raise ServerConfigError(f"--slot-prompt-similarity must be in [0, 1], got {self.slot_prompt_similarity}")
+        if not 0 <= self.main_gpu < self.num_gpus:
+            raise ServerConfigError(f"-mg must be in [0, {self.num_gpus}), got {self.main_gpu}")
+        if self.time_scale <= 0 or self.load_gbps <= 0:
+            raise ServerConfigError("--time-scale and --load-gbps must be > 0")
+        if self.startup_s < 0 or not self.mean_output_tokens > 0:
+            raise ServerConfigError("--startup-seconds must be >= 0 and --mean-output-tokens > 0")
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs the server sees: one per -ts entry, else one."""
+        return max(len(self.tensor_split), 1)
+
+    @property
+    def model_id(self) -> str:
+        """The id /v1/models and responses report."""
+        return self.alias or self.model
+
+
+def parse_tensor_split(text: str | None) -> list[float]:
+    """-ts 3,1 (or 3/1) into proportions."""
+    if not text:
+        return []
+    try:
+        return [float(part) for part in re.split(r"[,/]", text) if part]
+    except ValueError:
+        raise ServerConfigError(f"-ts expects numbers separated by ',' or '/', got {text!r}") from None
+
+
+def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser,
+                 extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.ArgumentParser:
+    """llama-server's flags that shape what clients observe, plus the look-alike's own; `extra`
+    adds the flags only the command line has (--print-config)."""
+    p = parser_class(prog="fake-llama-server", description="Look-alike of llama.cpp's llama-server.")
+    p.add_argument("-m", "--model", required=True)
+    p.add_argument("-a", "--alias", default=None)
+    p.add_argument("-c", "--ctx-size", type=int, default=4096)
+    p.add_argument("-np", "--parallel", type=int, default=-1)
+    p.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", type=int, default=-1)
+    p.add_argument("-sm", "--split-mode", default="layer", choices=list(SPLIT_MODES))
+    p.add_argument("-ts", "--tensor-split", default=None)
+    p.add_argument("-mg", "--main-gpu", type=int, default=0)
+    p.add_argument("-b", "--batch-size", type=int, default=2048)
+    p.add_argument("-ub", "--ubatch-size", type=int, default=512)
+    p.add_argument("--lora", action="append", default=[], metavar="FNAME")
+    p.add_argument("--lora-scaled", action="append", nargs=2, default=[], metavar=("FNAME", "SCALE"))
+    p.add_argument("--no-warmup", action="store_true")
+    p.add_argument("--metrics", action="store_true")
+    p.add_argument("--no-slots", action="store_true")
+    p.add_argument("--slot-prompt-similarity", "-sps", type=float, default=0.10)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=port_number, default=8080)
+    p.add_argument("--api-key", default=None)
+    from fake_engines.driver.faults import add_fault_arguments
+
+    add_fault_arguments(p)
+    look = p.add_argument_group("look-alike")
+    look.add_argument("--gpu", default="h100", help="catalogue GPU name")
+    look.add_argument("--catalogue", action="append", default=[], metavar="FILE", help="extra catalogue YAML")
+    look.add_argument("--time-scale", type=float, default=1.0, help="0.01 runs 100x faster than modelled")
+    look.add_argument("--seed", type=int, default=0)
+    look.add_argument("--load-gbps", type=float, default=5.0, help="weight loading bandwidth, GB/s")
+    look.add_argument("--startup-seconds", type=float, default=0.5)
+    look.add_argument("--mean-output-tokens", type=float, default=128.0,
+                      help="mean output length before EOS when a request does not ignore it")
+    if extra is not None:
+        extra(p)
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> LlamaServerConfig:
+    """Flags to a validated LlamaServerConfig."""
+    loras = [(path, 1.0) for path in args.lora] + [(path, _scale(scale)) for path, scale in args.lora_scaled]
+    return LlamaServerConfig(
+        model=args.model, alias=args.alias, n_ctx=args.ctx_size, n_parallel=args.parallel,
+        n_gpu_layers=args.n_gpu_layers, split_mode=args.split_mode, tensor_split=parse_tensor_split(args.tensor_split),
+        main_gpu=args.main_gpu, n_batch=args.batch_size, n_ubatch=args.ubatch_size, loras=loras,
+        warmup=not args.no_warmup, metrics=args.metrics, slots=not args.no_slots,
+        slot_prompt_similarity=args.slot_prompt_similarity, host=args.host, port=args.port, api_key=args.api_key,
+        gpu=args.gpu, catalogue=tuple(args.catalogue), time_scale=args.time_scale, seed=args.seed,
+        load_gbps=args.load_gbps, startup_s=args.startup_seconds, mean_output_tokens=args.mean_output_tokens)
+
+
+def _scale(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ServerConfigError(f"--lora-scaled expects FNAME SCALE with a number for SCALE, got {text!r}") from None
+
+
+OPTION_FLAGS: dict[str, str] = {"n_ctx": "-c", "n_parallel": "-np", "n_gpu_layers": "-ngl", "split_mode": "-sm",
+                                "tensor_split": "-ts", "main_gpu": "-mg", "n_batch": "-b", "n_ubatch": "-ub",
+                                "alias": "-a", "startup_s": "--startup-seconds"}
+"""Config fields whose flag is not `--` plus the field name with dashes (fake_engines.factory.option_flags)."""

@@ -1,0 +1,266 @@
+"""`fake-vllm serve` flags and settings: the vllm serve flags plus the look-alike's own (--gpu, --time-scale, ...).
+
+The parser here is the one `fake-vllm serve` runs and the one the engine factory reads a fleet
+group's command line with, so the same flags give the same config everywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fake_engines.core import HASH_ALGOS
+from flotilla.cli_errors import OneLineParser, port_number
+from flotilla.errors import FlagError
+
+AUTO_MAX_MODEL_LEN = -1
+"""--max-model-len auto (or -1): the longest context the KV cache holds, up to the model's own."""
+
+
+class ServeConfigError(FlagError):
+    """A flag value the server cannot start with; the message names the flag."""
+
+
+@dataclass
+class VllmServeConfig:
+    """Everything `fake-vllm serve` is started with."""
+
+    model: str
+    """Catalogue model name (llama-3.1-8b, ...), a path whose last part names one, or any name with model_shape."""
+    model_shape: dict[str, float] | None = None
+    """Explicit shape instead of a catalogue entry: params, layers, kv_heads (required), head_dim, hidden,
+    heads, intermediate, vocab (the `flotilla plan` shape flags)."""
+    served_model_name: str | None = None
+    """Name clients use; defaults to `model` as given."""
+    host: str = "127.0.0.1"
+    """Address to bind."""
+    port: int = 8000
+    """TCP port to bind; 0 picks a free one."""
+    api_key: str | None = None
+    """Bearer token required on /v1 routes when set."""
+    tensor_parallel_size: int = 1
+    """-tp: GPUs splitting every layer."""
+    pipeline_parallel_size: int = 1
+    """-pp: pipeline stages."""
+    data_parallel_size: int = 1
+    """-dp: engine replicas behind this server."""
+    enable_expert_parallel: bool = False
+    """MoE layers hold whole experts per GPU."""
+    max_num_seqs: int | None = None
+    """Most running requests; None picks vLLM's default for the GPU (fake_engines.factory.vllm_engine)."""
+    max_num_batched_tokens: int | None = None
+    """Step token budget; None picks vLLM's default for the GPU."""
+    max_model_len: int | None = None
+    """Longest prompt + output, in tokens; None: the model's context length (vLLM's default, which
+    the KV cache must hold or the engine refuses to start); -1 (`auto`): the longest the KV cache holds."""
+    gpu_memory_utilization: float = 0.9
+    """Share of GPU memory vLLM may use."""
+    block_size: int | None = None
+    """KV block size in tokens; None means vLLM's default of 16."""
+    enable_prefix_caching: bool = True
+    """Hash-chained prefix caching over full blocks."""
+    prefix_caching_hash_algo: str = "sha256"
+    """Block hash: sha256 (vLLM's default) or builtin (Python's tuple hash, vLLM's earlier default)."""
+    num_gpu_blocks_override: int | None = None
+    """KV blocks to use instead of the capacity model's figure."""
+    enable_lora: bool = False
+    """Serve LoRA adapters."""
+    max_loras: int = 1
+    """Distinct adapters in one step."""
+    max_lora_rank: int = 16
+    """Largest adapter rank."""
+    lora_modules: dict[str, str] = field(default_factory=dict)
+    """Adapters loaded at start: name -> path."""
+    enable_prompt_tokens_details: bool = False
+    """Report usage.prompt_tokens_details.cached_tokens."""
+    gpu: str = "h100"
+    """Catalogue GPU the look-alike pretends to run on."""
+    link: str = "nvlink"
+    """Catalogue link between the GPUs of one engine (tensor and pipeline traffic)."""
+    catalogue: tuple[str, ...] = ()
+    """Extra catalogue YAML files (models, GPUs, links) laid over the built-in one."""
+    dtype: str = "bfloat16"
+    """Weight dtype: bfloat16/float16 (16 bit), fp8/int8 (8 bit), float32."""
+    time_scale: float = 1.0
+    """Multiply every modelled duration by this (0.01 runs 100x faster)."""
+    seed: int = 0
+    """Seeds generated text and output lengths."""
+    load_gbps: float = 5.0
+    """Weight loading bandwidth in GB/s, for the cold start."""
+    startup_s: float = 5.0
+    """Process start-up before weights load (modelled seconds)."""
+    warmup_s: float = 10.0
+    """CUDA-graph capture and compile after loading (modelled seconds)."""
+    mean_output_tokens: float = 128.0
+    """Mean output length before EOS when the client sets no ignore_eos."""
+
+    def __post_init__(self) -> None:
+        for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+                     "max_loras", "max_lora_rank"):
+            if getattr(self, name) < 1:
+                raise ServeConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_gpu_blocks_override"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ServeConfigError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+        if self.max_model_len is not None and self.max_model_len < 1 and self.max_model_len != AUTO_MAX_MODEL_LEN:
+            raise ServeConfigError(f"--max-model-len must be >= 1, or auto (-1), got {self.max_model_len}")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ServeConfigError(f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        for name in ("time_scale", "load_gbps", "mean_output_tokens"):
+            if not getattr(self, name) > 0:
+                raise ServeConfigError(f"--{name.replace('_', '-')} must be > 0, got {getattr(self, name)}")
+        if self.dtype not in DTYPE_BITS:
+            raise ServeConfigError(f"--dtype must be one of {sorted(DTYPE_BITS)}, got {self.dtype!r}")
+        if self.prefix_caching_hash_algo not in HASH_ALGOS:
+            raise ServeConfigError(f"--prefix-caching-hash-algo must be one of {', '.join(HASH_ALGOS)}, "
+                                   f"got {self.prefix_caching_hash_algo!r}")
+        if self.model_shape is not None:
+            missing = [k for k in ("params", "layers", "kv_heads") if not self.model_shape.get(k)]
+            if missing:
+                raise ServeConfigError(f"an explicit model shape needs {', '.join('--' + m.replace('_', '-') for m in missing)}")
+        if self.lora_modules and not self.enable_lora:
+            raise ServeConfigError("--lora-modules needs --enable-lora")
+
+    @property
+    def model_name(self) -> str:
+        """The first served name: what /v1/models lists and every metric's model_name label."""
+        return self.served_model_name or self.model
+
+    @property
+    def weight_bits(self) -> float:
+        """Bits per weight for --dtype."""
+        return DTYPE_BITS[self.dtype]
+
+    @property
+    def resolved_block_size(self) -> int:
+        """--block-size or vLLM's default."""
+        return self.block_size or 16
+
+
+DTYPE_BITS = {"auto": 16.0, "bfloat16": 16.0, "float16": 16.0, "half": 16.0, "fp8": 8.0, "int8": 8.0,
+              "float32": 32.0}
+"""Bits per weight for each --dtype value."""
+
+
+def default_batch_limits(gpu_memory_gb: float, gpu_name: str) -> tuple[int, int]:
+    """vLLM's OpenAI-server defaults (max_num_batched_tokens, max_num_seqs) for a GPU, before
+    they are fitted to max_model_len (fake_engines.factory.vllm_engine.batch_limits).
+
+    EngineArgs.get_batch_defaults for UsageContext.OPENAI_API_SERVER: >= 70 GiB of device memory
+    and not an A100 gives 8192 / 1024, otherwise 2048 / 256."""
+    gib = gpu_memory_gb * 1e9 / 2**30
+    if gib >= 70 and "a100" not in gpu_name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
+def parse_lora_modules(items: list[str]) -> dict[str, str]:
+    """--lora-modules name=path [name=path ...] into a mapping."""
+    modules: dict[str, str] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ServeConfigError(f"--lora-modules expects name=path, got {item!r}")
+        modules[name] = path
+    return modules
+
+
+def max_model_len_arg(text: str) -> int:
+    """argparse type of --max-model-len: tokens, or `auto` / -1 (vLLM's auto-fit)."""
+    if text.strip().lower() in ("auto", "-1"):
+        return AUTO_MAX_MODEL_LEN
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: tokens, or auto") from None
+
+
+def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser,
+                 extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.ArgumentParser:
+    """vLLM's serve flags (those a router or autoscaler can observe) plus the look-alike's own;
+    `extra` adds the `serve` flags only the command line has (--print-config)."""
+    parser = parser_class(prog="fake-vllm", description="Look-alike of `vllm serve`.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve a model over the OpenAI API")
+    serve.add_argument("model", help="catalogue model name, or a path whose last part names one")
+    serve.add_argument("--served-model-name", nargs="+", default=None)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=port_number, default=8000)
+    serve.add_argument("--api-key", default=None)
+    serve.add_argument("-tp", "--tensor-parallel-size", type=int, default=1)
+    serve.add_argument("-pp", "--pipeline-parallel-size", type=int, default=1)
+    serve.add_argument("-dp", "--data-parallel-size", type=int, default=1)
+    serve.add_argument("--enable-expert-parallel", action="store_true")
+    serve.add_argument("--max-num-seqs", type=int, default=None)
+    serve.add_argument("--max-num-batched-tokens", type=int, default=None)
+    serve.add_argument("--max-model-len", type=max_model_len_arg, default=None,
+                       help="tokens; default the model's context length; auto (-1): what the KV cache holds")
+    serve.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    serve.add_argument("--block-size", type=int, default=None)
+    serve.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    serve.add_argument("--prefix-caching-hash-algo", choices=tuple(HASH_ALGOS), default="sha256")
+    serve.add_argument("--num-gpu-blocks-override", type=int, default=None)
+    serve.add_argument("--enable-lora", action="store_true")
+    serve.add_argument("--max-loras", type=int, default=1)
+    serve.add_argument("--max-lora-rank", type=int, default=16)
+    serve.add_argument("--lora-modules", nargs="+", default=[], metavar="NAME=PATH")
+    serve.add_argument("--enable-prompt-tokens-details", action="store_true")
+    from fake_engines.driver.faults import add_fault_arguments
+
+    add_fault_arguments(serve)
+    _add_look_alike_arguments(serve)
+    if extra is not None:
+        extra(serve)
+    return parser
+
+
+def _add_look_alike_arguments(serve: argparse.ArgumentParser) -> None:
+    look = serve.add_argument_group("look-alike")
+    look.add_argument("--gpu", default="h100", help="catalogue GPU name")
+    look.add_argument("--link", default="nvlink", help="catalogue link between the engine's GPUs")
+    look.add_argument("--catalogue", action="append", default=[], metavar="FILE", help="extra catalogue YAML")
+    look.add_argument("--dtype", default="bfloat16")
+    look.add_argument("--time-scale", type=float, default=1.0, help="0.01 runs 100x faster than modelled")
+    look.add_argument("--seed", type=int, default=0)
+    look.add_argument("--load-gbps", type=float, default=5.0, help="weight loading bandwidth, GB/s")
+    look.add_argument("--startup-seconds", type=float, default=5.0)
+    look.add_argument("--warmup-seconds", type=float, default=10.0)
+    look.add_argument("--mean-output-tokens", type=float, default=128.0,
+                      help="mean output length before EOS when a request does not ignore it")
+    shape = serve.add_argument_group("explicit model shape (instead of a catalogue model)")
+    shape.add_argument("--params", type=float, help="parameters, all experts included, e.g. 8.03e9")
+    for name in SHAPE_FLAGS[1:]:
+        shape.add_argument(f"--{name.replace('_', '-')}", type=int)
+
+
+SHAPE_FLAGS = ("params", "layers", "kv_heads", "head_dim", "hidden", "heads", "intermediate", "vocab")
+
+
+def _shape(args: argparse.Namespace) -> dict[str, float] | None:
+    shape = {name: getattr(args, name) for name in SHAPE_FLAGS if getattr(args, name) is not None}
+    return shape or None
+
+
+def config_from_args(args: argparse.Namespace) -> VllmServeConfig:
+    """Flags to a validated VllmServeConfig."""
+    return VllmServeConfig(
+        model=args.model, model_shape=_shape(args), served_model_name=args.served_model_name[0] if args.served_model_name else None,
+        host=args.host, port=args.port, api_key=args.api_key, tensor_parallel_size=args.tensor_parallel_size,
+        pipeline_parallel_size=args.pipeline_parallel_size, data_parallel_size=args.data_parallel_size,
+        enable_expert_parallel=args.enable_expert_parallel, max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.gpu_memory_utilization, block_size=args.block_size,
+        enable_prefix_caching=args.enable_prefix_caching,
+        prefix_caching_hash_algo=args.prefix_caching_hash_algo, num_gpu_blocks_override=args.num_gpu_blocks_override,
+        enable_lora=args.enable_lora, max_loras=args.max_loras, max_lora_rank=args.max_lora_rank,
+        lora_modules=parse_lora_modules(args.lora_modules),
+        enable_prompt_tokens_details=args.enable_prompt_tokens_details, gpu=args.gpu, link=args.link,
+        catalogue=tuple(args.catalogue), dtype=args.dtype, time_scale=args.time_scale, seed=args.seed,
+        load_gbps=args.load_gbps, startup_s=args.startup_seconds, warmup_s=args.warmup_seconds,
+        mean_output_tokens=args.mean_output_tokens)
+
+
+OPTION_FLAGS: dict[str, str] = {"startup_s": "--startup-seconds", "warmup_s": "--warmup-seconds"}
+"""Config fields whose flag is not `--` plus the field name with dashes (fake_engines.factory.option_flags)."""
