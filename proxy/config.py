@@ -22,25 +22,10 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import yaml
 
+from flotilla.errors import ConfigError as ConfigError  # re-exported: `from proxy.config import ConfigError`
 from proxy.limits import LimitsConfig
 
 FLAVORS = ("vllm", "llamacpp", "openai")
-
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; `field` names it, `source` the file it came from, if any."""
-
-    def __init__(self, field_name: str, value: object, reason: str, source: str | None = None) -> None:
-        where = f"{source}: " if source else ""
-        super().__init__(f"{where}{field_name}={value!r}: {reason}")
-        self.field = field_name
-        self.value = value
-        self.reason = reason
-        self.source = source
-
-    def located(self, source: str) -> ConfigError:
-        """The same error, said to come from `source` (a file path)."""
-        return ConfigError(self.field, self.value, self.reason, source)
 
 
 class ConfigFileError(ConfigError):

@@ -5,16 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fake_engines.core._block_pool import HASH_ALGOS
-
-
-class ConfigError(ValueError):
-    """A configuration field holds a value the engine cannot run with."""
-
-    def __init__(self, field: str, value: object, reason: str) -> None:
-        super().__init__(f"{field}={value!r}: {reason}")
-        self.field = field
-        self.value = value
-        self.reason = reason
+from flotilla.errors import ConfigError as ConfigError  # re-exported: the engine core's error
 
 
 def _require_positive(name: str, value: int) -> None:

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, fields
 from aiohttp import web
 
 from fake_engines.driver.serving import bind_socket, json_body
+from flotilla.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +43,8 @@ ADMIN_PATH = "/admin/faults"
 CRASH_EXIT_STATUS = 70
 
 
-class FaultConfigError(ValueError):
+class FaultConfigError(ConfigError):
     """A fault setting is invalid; `field` names it."""
-
-    def __init__(self, field_name: str, value: object, reason: str) -> None:
-        super().__init__(f"{field_name}={value!r}: {reason}")
-        self.field = field_name
 
 
 @dataclass

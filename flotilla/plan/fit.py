@@ -21,6 +21,7 @@ from fake_engines.perf.catalogue import (
 )
 from fake_engines.perf.memory import PRECISIONS_BITS, FitReport, fit
 from fake_engines.perf.rounding import fixed
+from flotilla.errors import FlagError
 
 HELP = "weights, KV cache, GPUs needed and weight-read time for a model, users and context"
 DESCRIPTION = """\
@@ -38,7 +39,7 @@ examples:
 LESSON_MODELS = (("llama-3.1-8b", "8B"), ("llama-3.1-70b", "70B"), ("llama-3.1-405b", "405B"))
 
 
-class PlanError(ValueError):
+class PlanError(FlagError):
     """Bad flags: printed as one line on stderr, exit status 2."""
 
 

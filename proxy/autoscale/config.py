@@ -89,7 +89,10 @@ class AutoscaleConfig:
     """KubernetesSettings fields (workload, service, namespace, port_name, kubeconfig, context)."""
 
     def __post_init__(self) -> None:
-        create_policy(self.policy)  # a bad spec fails here, naming the setting at fault
+        try:
+            create_policy(self.policy)  # a bad spec fails here, naming the setting at fault
+        except ValueError as exc:  # an unknown name, or a key or value the registry names
+            raise ConfigError("policy", self.policy, str(exc)) from None
         if self.actuator not in ACTUATORS:
             raise ConfigError("actuator", self.actuator, f"must be one of {', '.join(ACTUATORS)}")
         if self.flavor is not None and self.flavor not in FLAVORS:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import aiohttp
 from prometheus_client import Histogram
 
+from flotilla.errors import FlagError
 from policies.routing.base import BackendState
 from policies.scaling.base import ScalingSignals
 from proxy.pool import BackendPool
@@ -51,7 +52,7 @@ DEFAULT_PROMETHEUS_QUERIES: dict[str, str] = {
 }
 
 
-class SignalError(ValueError):
+class SignalError(FlagError):
     """A signal source setting that cannot be used."""
 
 
