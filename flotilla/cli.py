@@ -21,6 +21,8 @@ COMMANDS: dict[str, str] = {
     "loadgen": "flotilla.loadgen_cmd",
     "sim": "flotilla.sim_cmd",
     "up": "flotilla.up_cmd",
+    "compose": "flotilla.compose_cmd",
+    "k8s": "flotilla.k8s_cmd",
 }
 
 

@@ -126,16 +126,18 @@ def descendants_of(pid: int) -> list[int]:
     return out
 
 
-def proxy_fleet_file(fleet: UpFleet, backends: list[tuple[str, str, str]], log_dir: Path) -> dict[str, object]:
+def proxy_fleet_file(fleet: UpFleet, backends: list[tuple[str, str, str]],
+                     log_dir: Path | None = None) -> dict[str, object]:
     """What `flotilla proxy --config` reads: the policy, the started engines as backends
     (flavor, url, group name) weighed by their group's capacity and, when one group is
-    autoscaled, the proxy's `autoscaler:` section for it."""
+    autoscaled, the proxy's `autoscaler:` section for it (its replicas log under `log_dir`, if
+    given). `flotilla compose` and `flotilla k8s` build their proxy's fleet file from it too."""
     weights = {g.name: g.capacity_weight() for g in fleet.engines}
     data: dict[str, object] = {"proxy": {"policy": fleet.policy, "backends": [
         {"url": url, "flavor": f, "weight": weights[name]} for f, url, name in backends]}}
     group = fleet.scaled_group()
     if fleet.autoscaler is not None and group is not None:
-        data["autoscaler"] = fleet.autoscaler.for_proxy(group, log_dir / group.name)
+        data["autoscaler"] = fleet.autoscaler.for_proxy(group, log_dir / group.name if log_dir else None)
     return data
 
 

@@ -47,7 +47,8 @@ class DockerSettings:
     port: int = 8000
     """Port the engine listens on inside the container."""
     network: str | None = None
-    """Network shared with the proxy: replicas are reached as http://NAME:PORT on it."""
+    """Network shared with the proxy: replicas are reached as http://NAME:PORT on it, and all
+    answer to `fleet` there too."""
     labels: dict[str, str] = field(default_factory=dict)
     """Extra container labels."""
     fleet: str = "engines"
@@ -112,6 +113,8 @@ class DockerActuator(Actuator):
         cmd = [*s.command, "--host", "0.0.0.0", "--port", str(s.port)] if s.command else None
         spec = {"Image": s.image, "Labels": {**s.labels, MANAGED_LABEL: s.fleet}, "ExposedPorts": {port: {}},
                 "HostConfig": host_config}
+        if s.network:  # every replica also answers to the fleet name: one DNS name lists them all (Prometheus)
+            spec["NetworkingConfig"] = {"EndpointsConfig": {s.network: {"Aliases": [s.fleet]}}}
         if cmd:
             spec["Cmd"] = cmd
         return spec

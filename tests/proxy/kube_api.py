@@ -4,7 +4,7 @@ the proxy uses (lightkube) to talk to.
 It checks the bearer token and each request's method, path, query, content type and JSON body,
 and answers with the recorded shapes of a v1.30 API server: Scale, EndpointSliceList, the
 watch stream of EndpointSlice events (one JSON object a line), Status errors. Tests push
-watch events into `events` and read `calls`.
+watch events into `events[SERVICE]` and read `calls`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+from collections import defaultdict
 from pathlib import Path
 
 from aiohttp import web
@@ -55,7 +56,8 @@ class FakeApiServer:
     def __init__(self) -> None:
         self.replicas = 2
         self.calls: list[tuple[str, str, dict, object]] = []
-        self.events: asyncio.Queue[dict] = asyncio.Queue()
+        self.events: defaultdict[str, asyncio.Queue[dict]] = defaultdict(asyncio.Queue)
+        """Service name -> watch events its watchers get."""
         self.slices: dict[str, list[dict]] = {"vllm": [endpoint_slice(endpoint("vllm-7d9f-a", "10.0.0.11"),
                                                                       endpoint("vllm-7d9f-b", "10.0.0.12"))]}
         """Service name -> its EndpointSlices, as a list answers them."""
@@ -114,7 +116,7 @@ class FakeApiServer:
         self.watchers += 1
         try:
             while True:
-                event = await self.events.get()
+                event = await self.events[service].get()
                 await response.write(json.dumps(event).encode() + b"\n")
         finally:
             self.watchers -= 1

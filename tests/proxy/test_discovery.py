@@ -23,11 +23,14 @@ from tests.waiting import wait_until
 @pytest.fixture
 async def api(tmp_path):
     fake = FakeApiServer()
-    fake.slices["llama"] = [endpoint_slice(endpoint("llama-5c-a", "10.0.1.21"), name="llama-x1", service="llama",
-                                           port=8080)]
+    fake.slices["llama"] = [llama_slice(endpoint("llama-5c-a", "10.0.1.21"), name="llama-x1")]
     runner, kubeconfig = await serve(fake, tmp_path)
     yield fake, kubeconfig
     await runner.cleanup()
+
+
+def llama_slice(*endpoints: dict, name: str) -> dict:
+    return endpoint_slice(*endpoints, name=name, service="llama", port=8080)
 
 
 def urls(pool: BackendPool, source: str = "k8s:llama") -> list[str]:
@@ -57,21 +60,18 @@ async def test_the_pool_follows_the_services_endpoint_slices(api):
 
         # a second slice appears with a pod still starting: it joins as a backend (probes decide readiness)
         b = endpoint("llama-5c-b", "10.0.1.22", ready=False)
-        await fake.events.put({"type": "ADDED", "object": endpoint_slice(b, name="llama-x2", service="llama",
-                                                                          port=8080)})
+        await fake.events["llama"].put({"type": "ADDED", "object": llama_slice(b, name="llama-x2")})
         await wait_until(lambda: urls(pool) == ["http://10.0.1.21:8080", "http://10.0.1.22:8080"])
         assert pool.find("http://10.0.1.22:8080").state is BackendState.STARTING
 
         # the first pod terminates: it is drained out of the pool
         gone = endpoint("llama-5c-a", "10.0.1.21", ready=False, terminating=True)
-        await fake.events.put({"type": "MODIFIED", "object": endpoint_slice(gone, name="llama-x1", service="llama",
-                                                                             port=8080)})
+        await fake.events["llama"].put({"type": "MODIFIED", "object": llama_slice(gone, name="llama-x1")})
         await wait_until(lambda: urls(pool) == ["http://10.0.1.22:8080"])
         assert pool.find("http://10.0.1.21:8080") is None  # nothing in flight: it left at once
 
         # the second slice is deleted: no pod of the Service is left, the file's backend stays
-        await fake.events.put({"type": "DELETED", "object": endpoint_slice(b, name="llama-x2", service="llama",
-                                                                            port=8080)})
+        await fake.events["llama"].put({"type": "DELETED", "object": llama_slice(b, name="llama-x2")})
         await wait_until(lambda: urls(pool) == [])
         assert urls(pool, "file") == ["http://127.0.0.1:9"]
     finally:
@@ -102,7 +102,7 @@ async def test_a_proxy_routes_to_the_pods_it_discovered(api):
                                         json={"model": "tiny-llama", "prompt": "hi", "max_tokens": 2}) as resp:
                     assert resp.status == 200, await resp.text()
             assert [e.received for e in engines] == [2, 2]
-            await fake.events.put({"type": "DELETED", "object": fake.slices["llama"][0]})
+            await fake.events["llama"].put({"type": "DELETED", "object": fake.slices["llama"][0]})
             await wait_until(lambda: [b.url for b in pool] == [engines[1].url])
             for _ in range(2):
                 async with session.post(running.url + "/v1/completions",

@@ -5,6 +5,7 @@ the Docker Engine API (v1.43) documents."""
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass, field
 
 import pytest
@@ -46,9 +47,10 @@ class FakeDocker:
             return web.json_response({"message": "Content-Type must be application/json"}, status=400)
         if body.get("Image") == "missing:latest":
             return web.json_response({"message": "No such image: missing:latest"}, status=404)
-        self.created[ID] = {**body, "Name": "/" + request.query["name"]}
-        self.state[ID] = "created"
-        return web.json_response({"Id": ID, "Warnings": []}, status=201)
+        cid = ID if ID not in self.created else secrets.token_hex(32)  # the first is ID, as tests expect
+        self.created[cid] = {**body, "Name": "/" + request.query["name"]}
+        self.state[cid] = "created"
+        return web.json_response({"Id": cid, "Warnings": []}, status=201)
 
     async def start(self, request: web.Request) -> web.Response:
         await self.record(request)
@@ -128,6 +130,23 @@ async def test_a_replica_is_a_labelled_container_reached_on_its_published_port(d
     assert [c[:3] for c in fake.calls] == [("POST", f"/v1.43/containers/{ID}/stop", {"t": "30"}),
                                            ("DELETE", f"/v1.43/containers/{ID}", {"force": "true"})]
     await actuator.shutdown()
+
+
+async def test_a_replica_on_a_network_is_reached_by_name_and_answers_to_the_fleet_name(docker):
+    """flotilla compose's autoscaled engines: on the fleet's network, each replica is reached by
+    its container name and also answers to the fleet name, which Prometheus resolves to them all."""
+    fake, socket_path = docker
+    settings = DockerSettings(socket_path=socket_path, image="flotilla:latest", network="flotilla", fleet="vllm",
+                              command=("python", "-m", "fake_engines.vllm.cli", "serve", "llama-3.1-8b"))
+    actuator = DockerActuator(settings, flavor="vllm")
+    handle = await actuator.start_replica()
+    name, create = fake.calls[0][2]["name"], fake.calls[0][3]
+    assert handle.url == f"http://{name}:8000"
+    assert create["HostConfig"] == {"NetworkMode": "flotilla"}
+    assert create["NetworkingConfig"] == {"EndpointsConfig": {"flotilla": {"Aliases": ["vllm"]}}}
+    assert create["Cmd"][-4:] == ["--host", "0.0.0.0", "--port", "8000"]
+    await actuator.shutdown()
+    assert fake.state == {}
 
 
 async def test_a_compose_service_scales_with_copies_of_its_container(docker):

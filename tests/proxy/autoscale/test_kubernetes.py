@@ -55,7 +55,7 @@ async def test_replicas_follow_the_endpoint_slices_and_scaling_patches_the_scale
 
         a, b = fake.slices["vllm"][0]["endpoints"]
         c = endpoint("vllm-7d9f-c", "10.0.0.13", ready=False)
-        await fake.events.put({"type": "MODIFIED", "object": vllm_slice(a, b, c)})
+        await fake.events["vllm"].put({"type": "MODIFIED", "object": vllm_slice(a, b, c)})
         await wait_until(lambda: len(actuator.endpoints()) == 3)
         assert [h.replica_id for h in await actuator.replicas()] == ["vllm-7d9f-a", "vllm-7d9f-b", "vllm-7d9f-c"]
 
@@ -64,9 +64,9 @@ async def test_replicas_follow_the_endpoint_slices_and_scaling_patches_the_scale
             "metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "-1000"}}})
         assert fake.calls[-1] == ("PATCH", SCALE, {}, {"spec": {"replicas": 2}})
         terminating = endpoint("vllm-7d9f-b", "10.0.0.12", ready=False, terminating=True)
-        await fake.events.put({"type": "MODIFIED", "object": vllm_slice(a, terminating, c)})
+        await fake.events["vllm"].put({"type": "MODIFIED", "object": vllm_slice(a, terminating, c)})
         await wait_until(lambda: [h.replica_id for h in actuator.endpoints()] == ["vllm-7d9f-a", "vllm-7d9f-c"])
-        await fake.events.put({"type": "DELETED", "object": vllm_slice(a, c)})
+        await fake.events["vllm"].put({"type": "DELETED", "object": vllm_slice(a, c)})
         await wait_until(lambda: actuator.endpoints() == [])
     finally:
         await actuator.shutdown()
@@ -81,7 +81,7 @@ async def test_an_expired_watch_lists_again_and_catches_up(api):
         await wait_until(lambda: fake.watchers == 1)
         # while the watch was down the pods changed; the API says the old version is gone
         fake.slices["vllm"] = [vllm_slice(endpoint("vllm-7d9f-z", "10.0.0.19"))]
-        await fake.events.put({"type": "ERROR", "object": {
+        await fake.events["vllm"].put({"type": "ERROR", "object": {
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": "too old resource version: 5000 (5100)", "reason": "Expired", "code": 410}})
         await wait_until(lambda: [h.replica_id for h in actuator.endpoints()] == ["vllm-7d9f-z"], timeout_s=60)
@@ -105,7 +105,7 @@ async def test_the_loop_keeps_the_pool_in_step_with_the_pods(api):
         assert scaler.measured_cold_start_s is None  # found running: their launch time is unknown
         await scaler.start_replicas(1, 5.0)
         assert scaler.fleet_state(6.0).starting == 1  # the placeholder
-        await fake.events.put({"type": "MODIFIED", "object": vllm_slice(endpoint("vllm-7d9f-a", "10.0.0.11"))})
+        await fake.events["vllm"].put({"type": "MODIFIED", "object": vllm_slice(endpoint("vllm-7d9f-a", "10.0.0.11"))})
         await wait_until(lambda: len(actuator.endpoints()) == 1)
         await scaler.reconcile(7.0)
         assert [b.url for b in pool] == ["http://10.0.0.11:8000"]  # the vanished pod left the pool
