@@ -12,7 +12,7 @@ import bisect
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from fake_engines.core import EngineCore, EngineRequest, RequestOutput, RequestRejected, ScheduledStep
 from fake_engines.perf.batch import StepBatch
@@ -64,7 +64,7 @@ class ReplicaMetrics:
 class FixedReplica:
     """Serves one request at a time, first come first served, for its `service_time_s`."""
 
-    cache_capacity_tokens = None  # no prefix cache
+    cache_capacity_tokens: int | None = None  # no prefix cache
 
     def __init__(self, index: int, listener: Listener) -> None:
         self.index = index
@@ -139,16 +139,10 @@ class CoreReplica:
         self.launch_pending = False
         self.queue = queue
         self.decode_run_time = decode_run_time
-        self.runs = queue is not None and decode_run_time is not None and core.max_concurrent_batches == 1 \
-            and hasattr(core, "decode_run_length")
+        self.runs = queue is not None and decode_run_time is not None and core.max_concurrent_batches == 1
         self._run: _DecodeRun | None = None
-
-    @property
-    def cache_capacity_tokens(self) -> int | None:
+        self.cache_capacity_tokens = core.cache_capacity_tokens
         """KV blocks x block size, as the proxy reads it from vllm:cache_config_info (None for llama.cpp)."""
-        config = getattr(self.core, "config", None)
-        blocks = getattr(config, "num_gpu_blocks", None)
-        return None if blocks is None else blocks * config.block_size  # type: ignore[union-attr]
 
     def submit(self, job: SimJob, now_s: float) -> list[Event]:
         events = self._interrupt_run(now_s)
@@ -190,7 +184,7 @@ class CoreReplica:
     # -- decode runs ------------------------------------------------------------------------
 
     def _start_run(self, now_s: float) -> list[Event]:
-        core: Any = self.core
+        core = self.core
         num_steps = core.decode_run_length()
         if num_steps < 2:
             return []
@@ -203,8 +197,7 @@ class CoreReplica:
         return [Event(end_s[-1], Phase.COMPLETION, lambda t: self._finish_run(run, t))]
 
     def _apply_run_steps(self, run: _DecodeRun, num_steps: int) -> None:
-        core: Any = self.core
-        core.apply_decode_steps(num_steps)
+        self.core.apply_decode_steps(num_steps)
         times_s = run.end_s[:num_steps]
         for job in run.jobs:
             self.listener.on_tokens(job, times_s)
@@ -226,7 +219,7 @@ class CoreReplica:
         self._run = None
         done = bisect.bisect_right(run.end_s, now_s)
         self.next_launch_s = end_s = run.end_s[done]
-        core: Any = self.core
+        core = self.core
         if done + 1 < len(run.end_s) and core.holds_step_at_schedule:
             # the step under way finishes no request, so the core takes it with the others now
             # (its blocks are held from now, as when scheduled); its tokens are reported when it ends
@@ -270,13 +263,12 @@ class CoreReplica:
                                     out.num_output_tokens)
 
     def metrics(self) -> ReplicaMetrics:
+        core = self.core
         if self._run is not None and self.queue is not None:
             # mid-run only KV usage moves: the steps ended by now plus the one under way hold blocks
-            core: Any = self.core
             done = bisect.bisect_right(self._run.end_s, self.queue.now_s)
             return ReplicaMetrics(len(core.running), len(core.waiting), core.kv_cache_usage_after(done + 1))
         if self.runs:  # a core with decode runs: its three gauges without a whole stats snapshot
-            core = self.core
             return ReplicaMetrics(len(core.running), len(core.waiting), core.kv_cache_usage)
-        s = self.core.stats()
+        s = core.stats()
         return ReplicaMetrics(s.num_running, s.num_waiting, s.kv_cache_usage)

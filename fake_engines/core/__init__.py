@@ -2,8 +2,10 @@
 
 Drivers (the asyncio live driver, the simulator) talk to an `EngineCore` only: `add_request`,
 `abort_request`, `schedule` -> `ScheduledStep` (its `batch` goes to the perf model), `finish_step`
--> `RequestOutput`s, and `stats` -> `SchedulerStats`. `hash_block_tokens` is the prefix-cache block
-hash, exported so a prefix-aware router can compute the same chain.
+-> `RequestOutput`s, and `stats` -> `SchedulerStats`; a simulator may apply a stretch of identical
+decode steps at once through the protocol's decode-run methods (`decode_run_length`,
+`decode_run_batch`, `apply_decode_steps`, `kv_cache_usage_after`). `hash_block_tokens` is the
+prefix-cache block hash, exported so a prefix-aware router can compute the same chain.
 """
 
 from fake_engines.core._block_pool import HASH_ALGOS, NONE_HASH, hash_block_tokens

@@ -11,14 +11,8 @@ counters end up identical.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from fake_engines.core._generator import next_token_ids
+from fake_engines.core._kv_cache_manager import KVCacheManager
 from fake_engines.core._request import EngineRequest
-
-if TYPE_CHECKING:
-    from fake_engines.core._kv_cache_manager import KVCacheManager
-    from fake_engines.core._vllm_scheduler import VllmScheduler
 
 
 def _is_decoding(request: EngineRequest) -> bool:
@@ -34,20 +28,17 @@ def _blocks_needed(running: list[EngineRequest], block_size: int, held: list[int
     return total
 
 
-def decode_run_length(sched: VllmScheduler) -> int:
+def decode_run_length(running: list[EngineRequest], max_num_batched_tokens: int, kv: KVCacheManager) -> int:
     """Steps, from the next `schedule()`, that are all decode-only steps of the same requests
-    with no finish before the last and no preemption, if nothing is added or aborted; 0 if none."""
-    running = sched.running
-    if sched._in_flight or sched.waiting or not running:
-        return 0
-    if len(running) > sched.config.max_num_batched_tokens:
+    with no finish before the last and no preemption, if nothing is added or aborted; 0 if none.
+    The scheduler has checked that no step is in flight and no request waits."""
+    if not running or len(running) > max_num_batched_tokens:
         return 0
     steps = min(r.target_output_len - len(r.output_token_ids) for r in running)
     if steps < 1 or not all(_is_decoding(r) for r in running):
         return 0
-    kv = sched.kv_cache_manager
-    held = [len(kv._req_blocks.get(r.request_id, ())) for r in running]
-    free = kv.block_pool.get_num_free_blocks()
+    held = [kv.num_blocks_held(r.request_id) for r in running]
+    free = kv.get_num_free_blocks()
     if _blocks_needed(running, kv.block_size, held, steps) <= free:
         return steps
     low, high = 0, steps  # low always fits, high never does
@@ -60,19 +51,16 @@ def decode_run_length(sched: VllmScheduler) -> int:
     return low
 
 
-def kv_cache_usage_after(sched: VllmScheduler, num_steps: int) -> float:
+def kv_cache_usage_after(running: list[EngineRequest], kv: KVCacheManager, num_steps: int) -> float:
     """KV usage once `num_steps` more decode-run steps are scheduled (the same float as
     `stats().kv_cache_usage` would then read)."""
-    kv = sched.kv_cache_manager
-    pool = kv.block_pool
-    held = [len(kv._req_blocks.get(r.request_id, ())) for r in sched.running]
-    free = pool.get_num_free_blocks() - _blocks_needed(sched.running, kv.block_size, held, num_steps)
-    return 1.0 - free / pool.num_usable_blocks
+    held = [kv.num_blocks_held(r.request_id) for r in running]
+    return kv.usage_after(_blocks_needed(running, kv.block_size, held, num_steps))
 
 
 def _pool_events(starts: list[int], block_size: int, num_steps: int) -> list[tuple[int, int]]:
     """(step, request position) where the pool may change: a token opens or fills a block."""
-    events = []
+    events: list[tuple[int, int]] = []
     for pos, first in enumerate(starts):  # tokens each request holds when step 0 is scheduled
         # token counts n in [first, first + num_steps) with n % block_size in {0, 1}
         for residue in {0, 1 % block_size}:
@@ -114,39 +102,30 @@ def _new_hashes(kv: KVCacheManager, running: list[EngineRequest], num_steps: int
                 starts: list[int]) -> list[tuple[int, int]] | None:
     """Per request, the (from, to) block range the run caches; None when a new hash is already
     cached or repeats, where interleaving with evictions matters and steps go one by one."""
-    size, cached = kv.block_size, kv.block_pool.cached_block_hash_to_block
+    size = kv.block_size
     ranges, seen = [], set()
     for request, start in zip(running, starts, strict=True):
-        hashes = kv._block_hashes(request)
+        hashes = kv.block_hashes(request)
         last = _last_cached_tokens(start, num_steps, size)
-        num_cached = kv._num_cached_blocks.get(request.request_id, 0)
+        num_cached = kv.num_cached_blocks(request.request_id)
         num_full = min(last // size, len(hashes)) if last >= 0 else num_cached
         for block_hash in hashes[num_cached:num_full]:
-            if block_hash in cached or block_hash in seen:
+            if block_hash in seen or kv.is_cached(block_hash):
                 return None
             seen.add(block_hash)
         ranges.append((num_cached, num_full))
     return ranges
 
 
-def apply_decode_steps(sched: VllmScheduler, num_steps: int) -> None:
-    """Apply `num_steps` decode steps at once; `num_steps` must be below `decode_run_length()`
-    so that no request finishes (the run's last step goes through schedule/finish_step)."""
-    if num_steps <= 0:
-        return
-    running = sched.running
-    kv = sched.kv_cache_manager
-    starts = [r.num_tokens for r in running]
-    for request in running:
-        request.output_token_ids.extend(next_token_ids(sched._streams[request.request_id], num_steps))
+def apply_decode_steps(kv: KVCacheManager, running: list[EngineRequest], starts: list[int], num_steps: int) -> None:
+    """The KV side of `num_steps` decode steps applied at once, after each request's new tokens
+    were drawn (`starts`: its token count before them): block tables, cached blocks and computed
+    tokens end as step by step. Fewer steps than `decode_run_length()`, so none finishes."""
     ranges = _new_hashes(kv, running, num_steps, starts) if kv.enable_caching else [(0, 0)] * len(running)
     if ranges is None or not _apply_in_bulk(kv, running, starts, num_steps, ranges):
-        _apply_step_by_step(sched, num_steps, starts)
+        _apply_step_by_step(kv, running, num_steps, starts)
     for request, start in zip(running, starts, strict=True):
         request.num_computed_tokens = start + num_steps - 1
-    sched._next_step_id += num_steps
-    sched._totals["steps"] += num_steps
-    sched._totals["generation"] += num_steps * len(running)
 
 
 def _apply_in_bulk(kv: KVCacheManager, running: list[EngineRequest], starts: list[int], num_steps: int,
@@ -155,33 +134,19 @@ def _apply_in_bulk(kv: KVCacheManager, running: list[EngineRequest], starts: lis
     each request's filled blocks cached in one call: with no new hash already cached or repeated,
     the evictions and insertions touch disjoint keys, so their interleaving does not matter.
     False (nothing changed) when the block tables are not as after a decode step."""
-    tables = [kv._req_blocks[r.request_id] for r in running]
-    order = _opens(starts, [len(t) for t in tables], kv.block_size, num_steps)
+    held = [kv.num_blocks_held(r.request_id) for r in running]
+    order = _opens(starts, held, kv.block_size, num_steps)
     if order is None:
         return False
-    if order:
-        for pos, block in zip(order, kv.block_pool.get_new_blocks(len(order)), strict=True):
-            tables[pos].append(block)
-    pool, num_cached = kv.block_pool, kv._num_cached_blocks
-    for request, table, (low, high) in zip(running, tables, ranges, strict=True):
+    kv.append_new_blocks(running, order)
+    for request, (low, high) in zip(running, ranges, strict=True):
         if high > low:
-            hashes = kv._req_block_hashes[request.request_id]
-            pool.cache_full_blocks(table[low:high], hashes[low:high])
-            num_cached[request.request_id] = high
+            kv.cache_full_blocks(request, high * kv.block_size)
     return True
 
 
-def _apply_step_by_step(sched: VllmScheduler, num_steps: int, starts: list[int]) -> None:
-    running = sched.running
-    kv = sched.kv_cache_manager
-    size, pool = kv.block_size, kv.block_pool
-    for step, pos in _pool_events(starts, size, num_steps):
-        request = running[pos]
-        num_tokens = starts[pos] + step  # held when step `step` is scheduled
+def _apply_step_by_step(kv: KVCacheManager, running: list[EngineRequest], num_steps: int, starts: list[int]) -> None:
+    for step, pos in _pool_events(starts, kv.block_size, num_steps):
         # allocate_slots(request, 1) at that step, less its checks: decode_run_length made
         # sure the blocks are free, and a decode step brings no cache hits
-        blocks = kv._req_blocks[request.request_id]
-        missing = -(-num_tokens // size) - len(blocks)
-        if missing > 0:
-            blocks.extend(pool.get_new_blocks(missing))
-        kv.cache_full_blocks(request, num_tokens)
+        kv.take_blocks_for(running[pos], starts[pos] + step)  # tokens held when step `step` is scheduled

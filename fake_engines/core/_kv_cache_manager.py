@@ -37,11 +37,37 @@ class KVCacheManager:
         """Fraction of usable blocks referenced by live requests, in [0, 1]."""
         return self.block_pool.get_usage()
 
+    @property
+    def num_usable_blocks(self) -> int:
+        """Blocks a request may hold: all but the null block."""
+        return self.block_pool.num_usable_blocks
+
+    def get_num_free_blocks(self) -> int:
+        """Blocks that can be taken now (free, or cached but unreferenced)."""
+        return self.block_pool.get_num_free_blocks()
+
+    def usage_after(self, num_new_blocks: int) -> float:
+        """`usage` once `num_new_blocks` more free blocks are taken."""
+        pool = self.block_pool
+        return 1.0 - (pool.get_num_free_blocks() - num_new_blocks) / pool.num_usable_blocks
+
     def get_block_ids(self, request_id: str) -> list[int]:
         """The request's block table (block ids in token order)."""
         return [b.block_id for b in self._req_blocks.get(request_id, [])]
 
-    def _block_hashes(self, request: EngineRequest) -> list[BlockHash]:
+    def num_blocks_held(self, request_id: str) -> int:
+        """Length of the request's block table."""
+        return len(self._req_blocks.get(request_id, ()))
+
+    def num_cached_blocks(self, request_id: str) -> int:
+        """Leading blocks of the request whose hashes are recorded in the pool."""
+        return self._num_cached_blocks.get(request_id, 0)
+
+    def is_cached(self, block_hash: BlockHash) -> bool:
+        """Whether a block with this hash is in the prefix cache."""
+        return block_hash in self.block_pool.cached_block_hash_to_block
+
+    def block_hashes(self, request: EngineRequest) -> list[BlockHash]:
         """Hashes of the request's full blocks, extended as it grows."""
         hashes = self._req_block_hashes.setdefault(request.request_id, [])
         size = self.block_size
@@ -65,7 +91,7 @@ class KVCacheManager:
             return [], 0
         max_hit_blocks = (request.num_tokens - 1) // self.block_size
         hits: list[KVCacheBlock] = []
-        for block_hash in self._block_hashes(request)[:max_hit_blocks]:
+        for block_hash in self.block_hashes(request)[:max_hit_blocks]:
             block = self.block_pool.get_cached_block(block_hash)
             if block is None:
                 break
@@ -103,6 +129,25 @@ class KVCacheManager:
         self.cache_full_blocks(request, min(num_computed + num_new_tokens, request.num_tokens))
         return new_blocks
 
+    def take_blocks_for(self, request: EngineRequest, num_tokens: int) -> None:
+        """Extend the request's block table to hold its first `num_tokens` tokens and cache the
+        full blocks: `allocate_slots` for a decode step without its checks, for a caller that
+        made sure enough blocks are free and that the step brings no cache hits."""
+        blocks = self._req_blocks[request.request_id]
+        missing = -(-num_tokens // self.block_size) - len(blocks)
+        if missing > 0:
+            blocks.extend(self.block_pool.get_new_blocks(missing))
+        self.cache_full_blocks(request, num_tokens)
+
+    def append_new_blocks(self, requests: list[EngineRequest], order: list[int]) -> None:
+        """Take `len(order)` blocks in one pool call and append the i-th to the table of
+        `requests[order[i]]`: the order in which steps one by one would have taken them."""
+        if not order:
+            return
+        tables = [self._req_blocks[r.request_id] for r in requests]
+        for pos, block in zip(order, self.block_pool.get_new_blocks(len(order)), strict=True):
+            tables[pos].append(block)
+
     def cache_full_blocks(self, request: EngineRequest, num_tokens: int) -> None:
         """Record the hashes of the request's blocks filled by its first `num_tokens` tokens."""
         if not self.enable_caching:
@@ -111,7 +156,7 @@ class KVCacheManager:
         num_cached = self._num_cached_blocks.get(rid, 0)
         if num_tokens // self.block_size <= num_cached:
             return
-        hashes = self._block_hashes(request)
+        hashes = self.block_hashes(request)
         blocks = self._req_blocks[rid]
         num_full = min(num_tokens // self.block_size, len(hashes))
         self.block_pool.cache_full_blocks(blocks[num_cached:num_full], hashes[num_cached:num_full])

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fake_engines.core._generator import next_token_ids
 from fake_engines.core._request import EngineRequest
 
 if TYPE_CHECKING:
@@ -31,17 +30,18 @@ def _generating(sched: LlamaCppScheduler) -> list[EngineRequest] | None:
     return busy
 
 
-def decode_run_length(sched: LlamaCppScheduler) -> int:
+def decode_run_length(sched: LlamaCppScheduler, free_cells: int) -> int:
     """Iterations from the next `schedule()` that decode the same requests, none finishing before
-    the last, if nothing is added or aborted; 0 if none."""
+    the last, if nothing is added or aborted; 0 if none. The scheduler has checked that no
+    iteration is in flight; `free_cells` are the unified pool's cells no slot holds."""
     busy = _generating(sched)
-    if sched._in_flight is not None or busy is None:
+    if busy is None:
         return 0
     limit = sched.config.slot_n_ctx
     # iteration s appends token s: a request stops at its target length or at the slot's context
     steps = min(min(r.target_output_len - len(r.output_token_ids), limit - r.num_tokens) for r in busy)
     if sched.config.unified:  # each iteration needs a free cell per request, with idle caches kept
-        steps = min(steps, sched._free_cells() // len(busy))
+        steps = min(steps, free_cells // len(busy))
     return max(steps, 0)
 
 
@@ -51,18 +51,3 @@ def kv_cache_usage_after(sched: LlamaCppScheduler, num_steps: int) -> float:
     busy = sched.running
     held = sum(s.used_cells for s in sched.slots if s.is_processing) + max(0, num_steps - 1) * len(busy)
     return min(1.0, held / sched.config.n_ctx)
-
-
-def apply_decode_steps(sched: LlamaCppScheduler, num_steps: int) -> None:
-    """Apply `num_steps` iterations at once; fewer than `decode_run_length()`, so none finishes."""
-    if num_steps <= 0:
-        return
-    busy = sched.running
-    totals = sched._totals
-    for request in busy:
-        request.output_token_ids.extend(next_token_ids(sched._streams[request.request_id], num_steps))
-        request.num_computed_tokens += num_steps
-        totals["tokens_max"] = max(totals["tokens_max"], request.num_tokens)
-    totals["steps"] += num_steps
-    totals["busy_slots"] += num_steps * len(busy)
-    totals["generation"] += num_steps * len(busy)

@@ -13,7 +13,7 @@ from collections import deque
 
 from fake_engines.core import _llamacpp_decode_run as _decode_run
 from fake_engines.core._config import LlamaCppSchedulerConfig
-from fake_engines.core._generator import token_stream
+from fake_engines.core._generator import next_token_ids, token_stream
 from fake_engines.core._progress import advance_request
 from fake_engines.core._request import (
     EngineRequest,
@@ -174,6 +174,9 @@ class LlamaCppScheduler:
         """Deferred requests, oldest first."""
         return self.deferred
 
+    cache_capacity_tokens = None
+    """No block cache to report (the proxy reads that figure from vLLM only)."""
+
     @property
     def kv_cache_usage(self) -> float:
         """Share of the pool's cells busy slots hold (stats().kv_cache_usage without the rest)."""
@@ -182,7 +185,9 @@ class LlamaCppScheduler:
     def decode_run_length(self) -> int:
         """Iterations from the next `schedule()` that decode the same requests, none finishing
         before the last, if nothing is added or aborted (0 when the next is not such an iteration)."""
-        return _decode_run.decode_run_length(self)
+        if self._in_flight is not None:
+            return 0
+        return _decode_run.decode_run_length(self, self._free_cells())
 
     def decode_run_batch(self) -> tuple[StepBatch, int]:
         """The next decode run's first batch and the context tokens each later iteration adds."""
@@ -195,7 +200,17 @@ class LlamaCppScheduler:
     def apply_decode_steps(self, num_steps: int) -> None:
         """Apply the next `num_steps` iterations at once, exactly as schedule() and finish_step()
         would; only for fewer than `decode_run_length()`, so none finishes a request."""
-        _decode_run.apply_decode_steps(self, num_steps)
+        if num_steps <= 0:
+            return
+        busy = self.running
+        totals = self._totals
+        for request in busy:
+            request.output_token_ids.extend(next_token_ids(self._streams[request.request_id], num_steps))
+            request.num_computed_tokens += num_steps
+            totals["tokens_max"] = max(totals["tokens_max"], request.num_tokens)
+        totals["steps"] += num_steps
+        totals["busy_slots"] += num_steps * len(busy)
+        totals["generation"] += num_steps * len(busy)
 
     def _schedule_generating(self, builder: StepBuilder) -> object:
         """Add one token per generating slot that can batch with the first one; return the batch's LoRA."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from fake_engines.core._request import EngineRequest, RequestOutput, ScheduledStep, SchedulerStats
+from fake_engines.perf.batch import StepBatch
 
 
 class EngineCore(Protocol):
@@ -18,6 +20,32 @@ class EngineCore(Protocol):
 
     max_concurrent_batches: int
     """Steps that may be in flight at once (vLLM pipeline-parallel size; 1 for llama.cpp)."""
+
+    @property
+    def holds_step_at_schedule(self) -> bool:
+        """Whether a step's KV is taken when it is scheduled (vLLM blocks) rather than when it
+        finishes (llama.cpp cells)."""
+        ...
+
+    @property
+    def cache_capacity_tokens(self) -> int | None:
+        """KV blocks x block size as vllm:cache_config_info reports them; None without a block cache."""
+        ...
+
+    @property
+    def running(self) -> Sequence[EngineRequest]:
+        """Requests being served, in scheduling order."""
+        ...
+
+    @property
+    def waiting(self) -> Sequence[EngineRequest]:
+        """Requests queued, oldest first."""
+        ...
+
+    @property
+    def kv_cache_usage(self) -> float:
+        """`stats().kv_cache_usage` without building the rest of the snapshot."""
+        ...
 
     def add_request(self, request: EngineRequest) -> None:
         """Queue a request; raises RequestRejected when it can never fit the context."""
@@ -43,4 +71,25 @@ class EngineCore(Protocol):
 
     def has_unfinished_requests(self) -> bool:
         """True while any request is queued or running."""
+        ...
+
+    # -- decode runs: a driver may apply a stretch of identical decode-only steps at once ------
+
+    def decode_run_length(self) -> int:
+        """Steps from the next `schedule()` that decode the same requests, none finishing before
+        the last, if nothing is added or aborted; 0 when the next step is not such a step."""
+        ...
+
+    def decode_run_batch(self) -> tuple[StepBatch, int]:
+        """The next decode run's first batch and the context tokens each later step adds."""
+        ...
+
+    def kv_cache_usage_after(self, num_steps: int) -> float:
+        """KV usage once the next `num_steps` decode-run steps are scheduled, without applying them."""
+        ...
+
+    def apply_decode_steps(self, num_steps: int) -> None:
+        """Apply the next `num_steps` steps at once, exactly as `schedule()` and `finish_step()`
+        would; fewer than `decode_run_length()`, so none finishes a request. The run's last step
+        goes through `schedule()` and `finish_step()`."""
         ...

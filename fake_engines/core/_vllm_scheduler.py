@@ -7,7 +7,7 @@ from collections import deque
 
 from fake_engines.core import _decode_run
 from fake_engines.core._config import VllmSchedulerConfig
-from fake_engines.core._generator import token_stream
+from fake_engines.core._generator import next_token_ids, token_stream
 from fake_engines.core._kv_cache_manager import KVCacheManager
 from fake_engines.core._progress import advance_request
 from fake_engines.core._request import (
@@ -83,7 +83,7 @@ class VllmScheduler:
 
         Only reachable when max_model_len sits within one block of the cache size."""
         most_computed = request.num_prompt_tokens + request.max_tokens - 1
-        usable_tokens = self.kv_cache_manager.block_pool.num_usable_blocks * self.config.block_size
+        usable_tokens = self.kv_cache_manager.num_usable_blocks * self.config.block_size
         if most_computed > usable_tokens:
             raise RequestRejected(
                 f"The request needs {most_computed} tokens of KV cache but only {usable_tokens} "
@@ -253,10 +253,17 @@ class VllmScheduler:
         """Fraction of usable KV blocks referenced by live requests (stats().kv_cache_usage)."""
         return self.kv_cache_manager.usage
 
+    @property
+    def cache_capacity_tokens(self) -> int:
+        """KV blocks x block size, as vllm:cache_config_info reports them."""
+        return self.config.num_gpu_blocks * self.config.block_size
+
     def decode_run_length(self) -> int:
         """Steps from the next `schedule()` that decode the same requests, none finishing before
         the last, if nothing is added or aborted (0 when the next step is not such a step)."""
-        return _decode_run.decode_run_length(self)
+        if self._in_flight or self.waiting:
+            return 0
+        return _decode_run.decode_run_length(self.running, self.config.max_num_batched_tokens, self.kv_cache_manager)
 
     def decode_run_batch(self) -> tuple[StepBatch, int]:
         """The next decode run's first batch and the context tokens each later step adds."""
@@ -264,12 +271,21 @@ class VllmScheduler:
 
     def kv_cache_usage_after(self, num_steps: int) -> float:
         """KV usage once the next `num_steps` decode-run steps are scheduled, without applying them."""
-        return _decode_run.kv_cache_usage_after(self, num_steps)
+        return _decode_run.kv_cache_usage_after(self.running, self.kv_cache_manager, num_steps)
 
     def apply_decode_steps(self, num_steps: int) -> None:
         """Apply the next `num_steps` steps at once, exactly as schedule() and finish_step() would;
         only for fewer steps than `decode_run_length()`, so none finishes a request."""
-        _decode_run.apply_decode_steps(self, num_steps)
+        if num_steps <= 0:
+            return
+        running = self.running
+        starts = [r.num_tokens for r in running]
+        for request in running:
+            request.output_token_ids.extend(next_token_ids(self._streams[request.request_id], num_steps))
+        _decode_run.apply_decode_steps(self.kv_cache_manager, running, starts, num_steps)
+        self._next_step_id += num_steps
+        self._totals["steps"] += num_steps
+        self._totals["generation"] += num_steps * len(running)
 
     def stats(self) -> SchedulerStats:
         """Gauges and counters as of now."""

@@ -155,3 +155,12 @@ def test_the_policys_predicted_cache_hits_are_set_against_the_engines(blocks: in
     else:  # 400 blocks per replica: evictions the index cannot see
         assert predicted > observed
     assert run("round-robin")["prefix_cached_tokens_predicted"] is None
+
+
+def test_the_replica_drives_the_core_through_the_engine_core_protocol_only() -> None:
+    import inspect
+
+    import sim.replicas
+
+    source = inspect.getsource(sim.replicas)
+    assert "Any" not in source and "getattr(" not in source and "hasattr(" not in source

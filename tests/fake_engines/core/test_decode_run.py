@@ -94,3 +94,15 @@ def test_kv_usage_mid_run_is_what_the_stepped_engine_reports() -> None:
         seen.append(sched.stats().kv_cache_usage)  # read while the step is under way
         sched.finish_step(step)
     assert predicted == seen
+
+
+def test_schedulers_and_decode_runs_reach_the_kv_cache_only_through_the_managers_public_api() -> None:
+    import inspect
+    import re
+
+    from fake_engines.core import _decode_run, _llamacpp_decode_run, _llamacpp_scheduler, _vllm_scheduler
+
+    for module in (_vllm_scheduler, _decode_run, _llamacpp_scheduler, _llamacpp_decode_run):
+        source = inspect.getsource(module)
+        assert "block_pool" not in source, module.__name__
+        assert not re.search(r"\b(kv|kv_cache_manager|sched)\._", source), module.__name__
