@@ -11,7 +11,8 @@ COPY policies ./policies
 COPY proxy ./proxy
 COPY loadgen ./loadgen
 COPY sim ./sim
-RUN pip install .
+# the k8s extra: the proxy's Kubernetes actuator and --discover k8s:SERVICE (deploy/k8s)
+RUN pip install '.[k8s]'
 
 USER flotilla
 EXPOSE 8000
