@@ -154,7 +154,7 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 def run(args: argparse.Namespace) -> int:
     import random
 
-    from proxy.app import create_policy
+    from policies.routing import create_policy
     from proxy.config import ConfigError
     from proxy.discovery import specs_from_args
     from proxy.kube import KubeError

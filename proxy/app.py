@@ -15,6 +15,7 @@ import aiohttp
 from aiohttp import web
 
 from policies.routing.base import BackendState, RoutingPolicy
+from policies.routing.registry import create_policy
 from proxy.access import AccessControl
 from proxy.admin import AdminApi
 from proxy.admission import Admission
@@ -37,12 +38,6 @@ log = logging.getLogger(__name__)
 unexpected_warning = ThrottledWarning(log)
 
 PROXY_KEY: web.AppKey[Proxy] = web.AppKey("proxy")
-
-
-def create_policy(spec: str, rng: random.Random) -> RoutingPolicy:
-    from policies.routing.registry import create_policy as registry_create  # owned by policies/
-
-    return registry_create(spec, rng=rng)
 
 
 @dataclass
@@ -201,7 +196,7 @@ def build_app(config: ProxyConfig, policy: RoutingPolicy | None = None,
     for spec in config.backends:
         pool.add(spec, source="file" if config.config_path else "static")
     lim = config.limits
-    proxy = Proxy(config=config, policy=policy or create_policy(config.policy, rng), rng=rng, pool=pool,
+    proxy = Proxy(config=config, policy=policy or create_policy(config.policy, rng=rng), rng=rng, pool=pool,
                   admission=Admission(lim.max_in_flight_per_model, lim.max_queued_per_model, lim.queue_timeout_s))
     access = AccessControl(lim, config.admin_token)
     app = web.Application(middlewares=[errors_middleware, canonical_path_middleware, access.middleware],

@@ -58,7 +58,6 @@ class Backend:
     sample_time_s: float | None = None
     scrape_epoch: int = 0
     """Bumped when a scrape is sent; requests picked later carry the new epoch."""
-    scrape_ok: bool = False
     _models_key: tuple = field(default=(), repr=False)
     _models: frozenset[str] = field(default=frozenset(), repr=False)
     _view_key: tuple = field(default=(), repr=False)
@@ -216,7 +215,6 @@ class BackendPool:
 
     def record_scrape(self, backend: Backend, sample: LoadSample | None, epoch: int, sent_at_s: float) -> None:
         """The scrape of `epoch`, sent at `sent_at_s`, came back (`sample` None when it failed)."""
-        backend.scrape_ok = sample is not None
         if sample is None:
             return
         backend.sample, backend.sample_time_s = sample, sent_at_s

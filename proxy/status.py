@@ -14,8 +14,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.engine_metrics import parse_engine_metrics
 
-STATE_ORDER = ("ready", "starting", "draining", "ejected")
-
 
 @dataclass(frozen=True)
 class BackendStatus:

@@ -208,20 +208,13 @@ class BlockPool:
         pop = cached.pop
         for block in taken:
             block_hash = block.block_hash
-            if block_hash is not None:  # _evict, inlined: every block of a warm cache holds a hash
+            if block_hash is not None:  # evict: drop the hash unless another block now owns it
                 owner = pop(block_hash, None)  # one lookup: the key is nearly always this block's
                 if owner is not block and owner is not None:
                     cached[block_hash] = owner
                 block.block_hash = None
             block.ref_cnt = 1
         return taken
-
-    def _evict(self, block: KVCacheBlock) -> None:
-        if block.block_hash is None:
-            return
-        if self.cached_block_hash_to_block.get(block.block_hash) is block:
-            del self.cached_block_hash_to_block[block.block_hash]
-        block.block_hash = None
 
     def touch(self, blocks: list[KVCacheBlock]) -> None:
         """Add a reference to cache-hit blocks, taking free ones out of the eviction queue."""

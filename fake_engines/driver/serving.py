@@ -6,7 +6,7 @@ import asyncio
 import json
 import signal
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -61,17 +61,3 @@ def install_sigterm(loop: asyncio.AbstractEventLoop, on_term: Callable[[], None]
     """Call `on_term` on SIGTERM or SIGINT."""
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_term)
-
-
-async def serve_until_stopped(start: Callable[[], Awaitable[web.AppRunner]],
-                              drain: Callable[[], Awaitable[None]]) -> None:
-    """Run a server until SIGTERM, then stop taking requests, drain in-flight ones and exit."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    install_sigterm(loop, stop.set)
-    runner = await start()
-    await stop.wait()
-    for site in list(runner.sites):
-        await site.stop()  # closes the listening socket: new connections are refused
-    await drain()
-    await runner.cleanup()

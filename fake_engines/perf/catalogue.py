@@ -164,10 +164,6 @@ class ModelSpec:
         """Parameters of all routed experts (three hidden x intermediate matrices each, SwiGLU)."""
         return float(self.layers * self.experts * 3 * self.hidden * self.intermediate)
 
-    def active_weight_bytes(self, bits: float = 16) -> float:
-        """Bytes of the weights one token touches (the experts it is routed to, for MoE)."""
-        return self.active_params * bits / 8
-
 
 @dataclass(frozen=True)
 class Catalogue:

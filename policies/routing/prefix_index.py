@@ -91,9 +91,6 @@ class PrefixIndex:
     def size(self, url: str) -> int:
         return len(self._lru.get(url, ()))
 
-    def forget(self, url: str) -> None:
-        self._lru.pop(url, None)
-
     def clear(self) -> None:
         self._lru.clear()
 

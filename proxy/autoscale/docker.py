@@ -30,7 +30,6 @@ API_VERSION = "v1.43"
 MANAGED_LABEL = "io.flotilla.autoscaler"
 """Every container this actuator creates carries it, with the fleet name as value."""
 COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
-COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
 COMPOSE_NUMBER_LABEL = "com.docker.compose.container-number"
 
 
