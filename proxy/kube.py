@@ -58,6 +58,8 @@ def client(kubeconfig: Path | str | None = None, context: str | None = None,
     try:
         config = KubeConfig.from_file(kubeconfig) if kubeconfig is not None else KubeConfig.from_env()
         single = config.get(context_name=context)
+        if single is None:
+            raise KubeError(f"kubernetes: no context {context or '(current)'} in the configuration")
         chosen = namespace or single.namespace or "default"
         return AsyncClient(config=single, namespace=chosen), chosen
     except (LightkubeConfigError, OSError, AssertionError, KeyError, ValueError) as exc:
@@ -122,7 +124,7 @@ class EndpointSliceFollower:
         """Set once the first list answered (or failed: callers then see no endpoints yet)."""
 
     @property
-    def labels(self) -> dict[str, str]:
+    def labels(self) -> dict[str, Any]:
         return {SERVICE_NAME_LABEL: self.service}
 
     def endpoints(self) -> list[Endpoint]:
@@ -159,7 +161,8 @@ class EndpointSliceFollower:
             version = listing.resourceVersion
         except Exception as exc:  # lightkube raises httpx's errors, ApiError and its own
             raise api_error(f"list endpointslices of service {self.service}", exc) from None
-        self.slices = {item.metadata.name: live_endpoints(item, self.port_name) for item in items}
+        self.slices = {item.metadata.name: live_endpoints(item, self.port_name)
+                       for item in items if item.metadata is not None and item.metadata.name}
         return version
 
     async def watch(self, version: str, on_change: Callable[[], Awaitable[None]] | None = None) -> None:

@@ -79,9 +79,10 @@ def engine_deployment(group: Group) -> dict[str, object]:
 
 
 def engine_service(group: Group) -> dict[str, object]:
+    selector = {"app.kubernetes.io/name": group.name, **PART_OF}
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": {"name": group.name, "labels": _labels(group.name, "engine")},
-            "spec": {"clusterIP": "None", "selector": {"app.kubernetes.io/name": group.name, **PART_OF},
+            "spec": {"clusterIP": "None", "selector": selector,
                      "ports": [{"name": "http", "port": group.port, "targetPort": "http"}]}}
 
 

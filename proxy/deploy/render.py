@@ -3,7 +3,8 @@ on one line, multi-line text (an embedded config file) as a literal block."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import yaml
 
@@ -25,7 +26,7 @@ def _text(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
     return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
 
 
-def _list(dumper: yaml.SafeDumper, data: list) -> yaml.SequenceNode:
+def _list(dumper: yaml.SafeDumper, data: Sequence[Any]) -> yaml.SequenceNode:
     flat = all(isinstance(x, str | int | float | bool) for x in data)
     return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flat and bool(data))
 
