@@ -22,3 +22,4 @@ test: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/mypy

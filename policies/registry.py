@@ -25,7 +25,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from flotilla.errors import ConfigError
 
@@ -82,7 +82,7 @@ class PolicyRegistry(Generic[P]):
     """The policies of one kind: `kind` names it in messages, `base` is the class every policy of
     the kind subclasses, `package` holds the built-ins and `group` is the plug-ins' entry points."""
 
-    def __init__(self, kind: str, base: type[P], package: str, group: str) -> None:
+    def __init__(self, kind: str, base: type, package: str, group: str) -> None:
         self.kind = kind
         self.base = base
         self.package = package
@@ -156,16 +156,16 @@ class PolicyRegistry(Generic[P]):
         obj = ep.load()
         if not (isinstance(obj, type) and issubclass(obj, self.base)):
             raise TypeError(f"entry point {ep.name!r} ({ep.value}) is not a {self.base.__name__} subclass")
-        return self._add(ep.name, obj, None, plugin=ep.value)
+        return self._add(ep.name, cast("type[P]", obj), None, plugin=ep.value)  # a subclass of base
 
-    def parse(self, spec: str, extra: type | None = None) -> tuple[PolicyEntry[P], dict[str, object]]:
+    def parse(self, spec: str, extra: type | None = None) -> tuple[PolicyEntry[P], dict[str, Any]]:
         """The entry `spec` names and its settings converted to their fields' types. A key sets a
         field of the policy's config, else one of the `extra` dataclass (e.g. shared limits)."""
         name, raw = parse_spec(spec)
         entry = self.entry(name)
         config_fields = field_types(entry.config)
         extra_fields = field_types(extra) if extra is not None else {}
-        settings: dict[str, object] = {}
+        settings: dict[str, Any] = {}
         for key, text in raw.items():
             hint = config_fields.get(key, extra_fields.get(key))
             if key not in config_fields and key not in extra_fields:

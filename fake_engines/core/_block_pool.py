@@ -11,6 +11,7 @@ import hashlib
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -50,13 +51,13 @@ def _sha256_chain(parent_hash: BlockHash | None, token_ids: list[int], block_siz
     full = len(token_ids) - len(token_ids) % block_size
     packed = _pack_u32(token_ids[:full])
     tag, step = _adapter_tag(lora), 4 * block_size
-    parent = parent_hash or NONE_HASH
+    parent = cast(bytes, parent_hash or NONE_HASH)  # this algorithm's parents are digests
     sha256 = hashlib.sha256
     hashes: list[BlockHash] = []
     append = hashes.append
     # each block's payload (its ids and the adapter tag) cut in one pass; the chain is the only serial part
     for payload in [packed[start:start + step] + tag for start in range(0, len(packed), step)]:
-        parent = sha256(parent + payload).digest()  # type: ignore[operator]
+        parent = sha256(parent + payload).digest()
         append(parent)
     return hashes
 
@@ -138,12 +139,12 @@ class FreeBlockQueue:
         append = taken.append
         block = self._head.next_free
         for _ in range(num_blocks):
-            append(block)
+            append(block)  # type: ignore[arg-type]
             block = block.next_free  # type: ignore[union-attr]
         self._head.next_free = block
         block.prev_free = self._head  # type: ignore[union-attr]
         self.num_free_blocks -= num_blocks
-        return taken  # type: ignore[return-value]
+        return taken
 
     def extend(self, blocks: list[KVCacheBlock]) -> None:
         """Append just-freed blocks at the most recently used end, in this order."""

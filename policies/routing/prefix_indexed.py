@@ -4,14 +4,30 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Protocol
 
 from policies.routing.base import BackendView, Decision, RoutingPolicy
 from policies.routing.prefix_index import BlockShape, PrefixIndex
 
 
+class PrefixIndexConfig(Protocol):
+    """The fields every prefix-indexed policy's config has."""
+
+    @property
+    def block_size_tokens(self) -> int: ...
+
+    @property
+    def chars_per_token(self) -> int: ...
+
+    @property
+    def default_capacity_tokens(self) -> int: ...
+
+
 class PrefixIndexedPolicy(RoutingPolicy):
     """Keeps `index`, a `PrefixIndex` fed by the policy's own decisions, and cuts prompts with
     `shape`; the config names block_size_tokens, chars_per_token and default_capacity_tokens."""
+
+    config: PrefixIndexConfig
 
     def __init__(self, config: object | None = None, rng: random.Random | None = None) -> None:
         super().__init__(config, rng)

@@ -72,7 +72,8 @@ def signal_value(sample: ScalingSignals, name: str) -> float | None:
     """The value of signal `name` (a field of ScalingSignals or a derived signal) in `sample`."""
     if name == "concurrency":
         return sample.waiting + sample.running
-    return getattr(sample, name)
+    value: float | None = getattr(sample, name)
+    return value
 
 
 def window(history: Sequence[ScalingSignals], now_s: float, window_s: float) -> list[ScalingSignals]:

@@ -110,7 +110,7 @@ class KpaPolicy(ScalingPolicy):
     def _update_panic(self, over_threshold: bool, now_s: float) -> None:
         if over_threshold:
             self.panic_time_s = now_s
-        elif self.panicking and self.panic_time_s + self.config.stable_window_s < now_s:
+        elif self.panic_time_s is not None and self.panic_time_s + self.config.stable_window_s < now_s:
             self.panic_time_s = None
             self.max_panic_pods = 0
 
