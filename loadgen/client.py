@@ -64,7 +64,7 @@ class _StreamTimer:
     def _stream_error(self, chunk: dict[str, Any]) -> None:
         # vLLM reports a failure after the 200 as an error event: new builds nest it under
         # "error", older ones send {"object": "error", "message": ...}
-        body = chunk.get("error") if isinstance(chunk.get("error"), dict) else chunk
+        body: dict[str, Any] = chunk["error"] if isinstance(chunk.get("error"), dict) else chunk
         self.rec.error = f"stream error: {str(body.get('message') or body)[:200]}"
 
     def _token(self, now: float) -> None:

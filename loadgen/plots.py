@@ -26,7 +26,7 @@ def _cdf(ax: plt.Axes, values: list[float], label: str) -> None:
 def _over_time(ax: plt.Axes, results: Sequence[RunResult]) -> None:
     for res in results:
         ok = [r for r in res.requests if r.ok and r.ttft_s is not None]
-        ax.scatter([r.send_time_s for r in ok], [r.ttft_s * 1000 for r in ok], s=6, label=res.label)
+        ax.scatter([r.send_time_s for r in ok], [(r.ttft_s or 0.0) * 1000 for r in ok], s=6, label=res.label)
     ax.set(xlabel="send time (s)", ylabel="TTFT (ms)", title="TTFT over time")
     with_replicas = [r for r in results if r.replicas]
     if with_replicas:

@@ -213,7 +213,7 @@ class OpenLoopRunner:
                            lambda i, req: build_payload(req, self.builder.build(req, i), model, self.cfg))
         while (item := ahead.pop()) is not None:
             index, at, req, payload = item
-            ahead.prepare_while(lambda at=at: self.now_s() < at - PREPARE_MARGIN_S)
+            ahead.prepare_while(lambda at=at: self.now_s() < at - PREPARE_MARGIN_S)  # type: ignore[misc]
             delay = at - self.now_s()
             if delay > 0:
                 await asyncio.sleep(delay)

@@ -71,7 +71,7 @@ def _gap_stats(records: Sequence[RequestRecord]) -> LatencyStats:
 def _all_gaps(records: Sequence[RequestRecord]) -> np.ndarray:
     # a long run holds tens of millions of gaps: one array, without a list of them all first
     if records and all(isinstance(r.itl_s, array) for r in records):  # the simulator's: no copy per gap
-        return np.concatenate([np.frombuffer(r.itl_s, dtype=float) for r in records])
+        return np.concatenate([np.frombuffer(r.itl_s, dtype=float) for r in records])  # type: ignore[call-overload]
     count = sum(len(r.itl_s) for r in records)
     return np.fromiter(itertools.chain.from_iterable(r.itl_s for r in records), dtype=float, count=count)
 

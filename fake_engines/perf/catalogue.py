@@ -19,14 +19,14 @@ class CatalogueError(ValueError):
     """An unknown name or a malformed catalogue entry."""
 
 
-def _positive(spec: object, *names: str) -> None:
+def _positive(spec: Any, *names: str) -> None:
     for name in names:
         if not getattr(spec, name) > 0:
             raise CatalogueError(f"{type(spec).__name__} {spec.name!r}: {name} must be positive, "
                                  f"got {getattr(spec, name)!r}")
 
 
-def _not_negative(spec: object, *names: str) -> None:
+def _not_negative(spec: Any, *names: str) -> None:
     for name in names:
         if getattr(spec, name) < 0:
             raise CatalogueError(f"{type(spec).__name__} {spec.name!r}: {name} must not be negative, "
@@ -266,7 +266,8 @@ def model_from_shape(params: float, layers: int, kv_heads: int, head_dim: int = 
     for label, value in (("params", params), ("layers", layers), ("kv_heads", kv_heads), ("head_dim", head_dim)):
         if value is None or value <= 0:
             raise CatalogueError(f"explicit model shape: {label} must be positive, got {value}")
+    sizes: dict[str, Any] = {k: int(v) for k, v in shape.items() if v is not None}
     return ModelSpec(name=name, params=float(params),
                      active_params=float(active_params if active_params else params),
                      layers=int(layers), kv_heads=int(kv_heads), head_dim=int(head_dim),
-                     source="explicit shape", **{k: int(v) for k, v in shape.items() if v is not None})
+                     source="explicit shape", **sizes)

@@ -263,10 +263,10 @@ class VllmMetrics:
             self.cached_by_source.labels(**lab, source=source)
         for reason in FINISHED_REASONS:
             self.request_success.labels(**lab, finished_reason=reason)
-        for family in (self.req_prompt, self.req_generation, self.iteration_tokens, self.req_max_gen, self.req_n,
-                       self.req_max_tokens, self.ttft, self.itl, self.tpot, self.e2e, self.queue, self.inference,
-                       self.prefill, self.decode, self.req_preemptions, self.req_kv_computed):
-            family.labels(**lab)
+        for histogram in (self.req_prompt, self.req_generation, self.iteration_tokens, self.req_max_gen, self.req_n,
+                          self.req_max_tokens, self.ttft, self.itl, self.tpot, self.e2e, self.queue, self.inference,
+                          self.prefill, self.decode, self.req_preemptions, self.req_kv_computed):
+            histogram.labels(**lab)
 
     def record_step(self, step: StepRecord, engine: str = "0") -> None:
         """Apply one engine step: gauges are set, counters and per-step histograms advance."""

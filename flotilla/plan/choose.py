@@ -62,8 +62,8 @@ def run(args: argparse.Namespace) -> int:
 def _deployment(args: argparse.Namespace) -> Deployment:
     needs_catalogue = args.model or args.gpu
     cat = load_catalogue(args.catalogue) if needs_catalogue else None
-    model = cat.model(args.model) if args.model else None
-    gpu = cat.gpu(args.gpu) if args.gpu else None
+    model = cat.model(args.model) if cat and args.model else None
+    gpu = cat.gpu(args.gpu) if cat and args.gpu else None
     weights_gb = args.weights_gb if args.weights_gb is not None else (
         model.weight_bytes(args.bits) / 1e9 if model else None)
     memory_gb = args.gpu_memory_gb if args.gpu_memory_gb is not None else (gpu.memory_gb if gpu else None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from fake_engines.perf.catalogue import load_catalogue
 from fake_engines.perf.coldstart import (
@@ -104,7 +105,7 @@ def _models(args: argparse.Namespace) -> list[tuple[str, float]]:
     raise ValueError("give --size-gb GB or --model NAME")
 
 
-def _rows(args: argparse.Namespace) -> list[dict[str, object]]:
+def _rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     sources = args.source or list(LESSON_SOURCES)
     return [
         {"source": s.name, "model": label, "weight_bytes": size, "load_gbps": s.load_gbps,

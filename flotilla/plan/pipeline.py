@@ -30,7 +30,7 @@ def timeline_spec(text: str) -> list[tuple[int, int]]:
         raise argparse.ArgumentTypeError(f"expected STAGESxMICRO_BATCHES like 4x4, got {text!r}") from None
     if not pairs or any(len(p) != 2 or min(p) < 1 for p in pairs):
         raise argparse.ArgumentTypeError(f"expected STAGESxMICRO_BATCHES like 4x4, got {text!r}")
-    return pairs
+    return [(stages, micro) for stages, micro in pairs]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

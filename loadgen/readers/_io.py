@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import IO
 
 # what reading a file that is not a (complete) text trace raises
-_UNREADABLE = {UnicodeDecodeError: "not UTF-8 text", EOFError: "truncated gzip file",
+_UNREADABLE: dict[type[Exception], str] = {UnicodeDecodeError: "not UTF-8 text", EOFError: "truncated gzip file",
                gzip.BadGzipFile: "not a gzip file", zlib.error: "corrupt gzip data"}
 
 

@@ -9,7 +9,7 @@ import dataclasses
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from loadgen.readers import _fields as typed
 from loadgen.readers._io import TraceFormatError, numbered_lines
@@ -42,7 +42,7 @@ def parse_record(row: object) -> TraceRequest:
     for name in ("timestamp_s", "output_length"):
         typed.required(row, name)
     # null is the same as absent: the field keeps its default
-    fields = {name: _CHECKS[name](value, name) for name, value in row.items() if value is not None}
+    fields: dict[str, Any] = {name: _CHECKS[name](value, name) for name, value in row.items() if value is not None}
     return TraceRequest(**fields)
 
 
