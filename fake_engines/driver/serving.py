@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
@@ -14,12 +16,29 @@ TIME_SCALE_HEADER = "x-flotilla-time-scale"
 """Response header of both look-alikes: wall seconds per modelled second (`--time-scale`), so a
 client can report modelled time. Real engines do not send it."""
 
+log = logging.getLogger("fake_engines.driver.serving")
 
-async def open_sse(request: web.Request, headers: dict[str, str]) -> web.StreamResponse:
-    """Send the status line and headers of an event stream at once (first data comes at TTFT)."""
+
+async def write_sse(request: web.Request, headers: dict[str, str], events: AsyncIterator[dict | str],
+                    on_client_gone: Callable[[], None]) -> web.StreamResponse:
+    """Send the status line and headers at once (first data comes at TTFT), then each event.
+
+    A client gone mid-stream is an abort, as when aiohttp cancels the handler on a disconnect:
+    a write can find the transport already closing (the client half-closed or reset before
+    aiohttp noticed the connection lost), and that ConnectionResetError must not reach aiohttp,
+    which would log it as a server error with a traceback. `on_client_gone` frees the request;
+    the handler then returns quietly."""
     response = web.StreamResponse(status=200, headers=headers)
     response.enable_chunked_encoding()
-    await response.prepare(request)
+    async with contextlib.aclosing(events):
+        try:
+            await response.prepare(request)
+            async for event in events:
+                await send_event(response, event)
+            await response.write_eof()
+        except ConnectionResetError:
+            on_client_gone()
+            log.debug("client %s gone mid-stream: request aborted", request.remote)
     return response
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -12,7 +14,7 @@ from aiohttp import web
 from fake_engines.core import EngineRequest, RequestRejected, decode, encode
 from fake_engines.driver.chat import chat_prompt
 from fake_engines.driver.live import RequestHandle
-from fake_engines.driver.serving import json_body, open_sse, send_event
+from fake_engines.driver.serving import json_body, write_sse
 from fake_engines.driver.stops import cut_at_stop
 from fake_engines.llamacpp import shapes
 from fake_engines.llamacpp.app import SERVER_KEY, LlamaServer
@@ -129,12 +131,13 @@ async def _handle(request: web.Request, kind: str) -> web.StreamResponse:
     server = request.app[SERVER_KEY]
     req = parse_request(server, parse_json(await request.read()), kind)
     handle = submit(server, req)
+    cancel_task = functools.partial(server.driver.abort, handle.request.request_id)  # frees the slot at once
     try:
         if req.stream:
-            return await _stream(request, server, req, handle)
+            return await write_sse(request, SSE_HEADERS, _events(server, req, handle), cancel_task)
         return await _collect(server, req, handle)
-    except (asyncio.CancelledError, ConnectionResetError):
-        server.driver.abort(handle.request.request_id)  # cancel the task: the slot is free for the next one
+    except asyncio.CancelledError:  # the client went away: aiohttp cancels the handler
+        cancel_task()
         raise
 
 
@@ -198,26 +201,23 @@ async def _collect(server: LlamaServer, req: LlamaRequest, handle: RequestHandle
     return json_body(build(shapes.new_id(), created, model, text, last.reason or "stop", use, timings))
 
 
-async def _stream(request: web.Request, server: LlamaServer, req: LlamaRequest,
-                  handle: RequestHandle) -> web.StreamResponse:
+async def _events(server: LlamaServer, req: LlamaRequest, handle: RequestHandle) -> AsyncIterator[dict | str]:
+    """The stream's events as the task produces tokens, then the closing ones."""
     rid, created, model = shapes.new_id(), int(time.time()), server.config.model_id
-    response = await open_sse(request, SSE_HEADERS)
     if req.kind == "chat":
-        await send_event(response, shapes.chat_chunk(rid, created, model, {"role": "assistant", "content": None},
-                                                     None))
+        yield shapes.chat_chunk(rid, created, model, {"role": "assistant", "content": None}, None)
     last, predicted = Piece("", [], "stop", ""), 0
-    async for piece in _pieces(server, req, handle):
-        last = piece
-        if not piece.token_ids:
-            continue
-        predicted += len(piece.token_ids)
-        if piece.text or not piece.stopping_word:
-            await send_event(response, _token_event(req, rid, created, model, piece, predicted))
+    async with contextlib.aclosing(_pieces(server, req, handle)) as pieces:
+        async for piece in pieces:
+            last = piece
+            if not piece.token_ids:
+                continue
+            predicted += len(piece.token_ids)
+            if piece.text or not piece.stopping_word:
+                yield _token_event(req, rid, created, model, piece, predicted)
     use, timings = _finish(server, handle)
     for event in _closing_events(server, req, handle, rid, created, model, last, use, timings):
-        await send_event(response, event)
-    await response.write_eof()
-    return response
+        yield event
 
 
 def _token_event(req: LlamaRequest, rid: str, created: int, model: str, piece: Piece, predicted: int) -> dict:

@@ -7,14 +7,16 @@ A request with `n` > 1 or a list of prompts becomes one engine request per choic
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from fake_engines.core import EngineRequest, RequestRejected, encode
 from fake_engines.driver.chat import chat_prompt
-from fake_engines.driver.serving import json_body, open_sse, send_event
+from fake_engines.driver.serving import json_body, write_sse
 from fake_engines.vllm import choices as choices_mod
 from fake_engines.vllm import errors, shapes
 from fake_engines.vllm.app import SERVER_KEY, VllmServer
@@ -172,9 +174,10 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
     choices = submit(server, req)
     try:
         if req.stream:
-            return await _stream(request, server, req, choices)
+            return await write_sse(request, SSE_HEADERS, _events(server, req, choices),
+                                   lambda: choices_mod.abort(choices))
         return await _collect(server, req, choices)
-    except (asyncio.CancelledError, ConnectionResetError):
+    except asyncio.CancelledError:  # the client went away: aiohttp cancels the handler
         choices_mod.abort(choices)
         raise
 
@@ -213,37 +216,34 @@ def _choice_fields(req: GenerationRequest, text: str, reason: str, stop_reason: 
     return {"text": text, "finish_reason": reason, "stop_reason": stop_reason}
 
 
-async def _stream(request: web.Request, server: VllmServer, req: GenerationRequest,
-                  choices: list[Choice]) -> web.StreamResponse:
+async def _events(server: VllmServer, req: GenerationRequest, choices: list[Choice]) -> AsyncIterator[dict | str]:
+    """The stream's events as the choices produce them, then usage (if asked) and [DONE]."""
     rid, created = shapes.new_id("chatcmpl" if req.chat else "cmpl"), int(time.time())
-    response = await open_sse(request, SSE_HEADERS)
     started: set[int] = set()
     cached = 0
     generated: dict[int, int] = {}  # choice -> tokens as of its latest output
-    async for delta in choices_mod.deltas(choices, req.stop):
-        generated[delta.index] = delta.num_output_tokens
-        if not delta.has_tokens and delta.finish_reason is None:
-            continue  # a prefill chunk that did not finish the prompt sends nothing
-        if req.chat and delta.index not in started:
-            await send_event(response, _indexed(shapes.chat_role_chunk(rid, created, req.model), delta.index))
-            started.add(delta.index)
-        chunk = shapes.chat_chunk if req.chat else shapes.completion_chunk
-        event = _indexed(chunk(rid, created, req.model, delta.text, delta.finish_reason, delta.stop_reason),
-                         delta.index)
-        if req.continuous_usage:  # usage as of this chunk, even if later steps already ran
-            so_far = shapes.Usage(_usage(server, req, choices, cached).prompt_tokens, sum(generated.values()),
-                                  cached if server.config.enable_prompt_tokens_details else None)
-            event["usage"] = so_far.body(False)
-        await send_event(response, event)
-        if delta.finish_reason is not None and delta.index % req.n == 0:
-            cached += delta.cached_tokens
+    async with contextlib.aclosing(choices_mod.deltas(choices, req.stop)) as deltas:
+        async for delta in deltas:
+            generated[delta.index] = delta.num_output_tokens
+            if not delta.has_tokens and delta.finish_reason is None:
+                continue  # a prefill chunk that did not finish the prompt sends nothing
+            if req.chat and delta.index not in started:
+                yield _indexed(shapes.chat_role_chunk(rid, created, req.model), delta.index)
+                started.add(delta.index)
+            chunk = shapes.chat_chunk if req.chat else shapes.completion_chunk
+            event = _indexed(chunk(rid, created, req.model, delta.text, delta.finish_reason, delta.stop_reason),
+                             delta.index)
+            if req.continuous_usage:  # usage as of this chunk, even if later steps already ran
+                so_far = shapes.Usage(_usage(server, req, choices, cached).prompt_tokens, sum(generated.values()),
+                                      cached if server.config.enable_prompt_tokens_details else None)
+                event["usage"] = so_far.body(False)
+            yield event
+            if delta.finish_reason is not None and delta.index % req.n == 0:
+                cached += delta.cached_tokens
     if req.include_usage:
         obj = "chat.completion.chunk" if req.chat else "text_completion"
-        await send_event(response, shapes.usage_chunk(rid, obj, created, req.model,
-                                                      _usage(server, req, choices, cached)))
-    await send_event(response, "[DONE]")
-    await response.write_eof()
-    return response
+        yield shapes.usage_chunk(rid, obj, created, req.model, _usage(server, req, choices, cached))
+    yield "[DONE]"
 
 
 def _indexed(chunk: dict, index: int) -> dict:
