@@ -158,7 +158,8 @@ async def _status_loop(fleet, session, refresh_s: float) -> None:
     from proxy.status import format_table
     from proxy.supervisor import exits_since, poll_status
 
-    tty, before, drawn, reported = sys.stdout.isatty(), None, 0, set()
+    tty, before, drawn = sys.stdout.isatty(), None, 0
+    reported: set[str] = set()
     while True:
         for line in await exits_since(fleet, reported):  # FleetError when the proxy exited
             _say(f"warning: {line}")

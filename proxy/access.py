@@ -102,7 +102,8 @@ class AccessControl:
             self._check_key(key, address)
         if self.limiter is None:
             return
-        wait_s = self.limiter.take(key if self.limits.api_keys else address, self.clock())
+        # with API keys, _check_key has refused a request without one
+        wait_s = self.limiter.take(key if self.limits.api_keys else address, self.clock())  # type: ignore[arg-type]
         if wait_s > 0:
             raise rate_limited("Rate limit exceeded for this API key.", wait_s)
 

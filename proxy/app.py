@@ -122,8 +122,8 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     fwd = Forward(method="POST", path_qs=upstream_target(request), body=raw, info=parsed.info,
                   debug=request.headers.get("x-flotilla-debug") == "1", accounts_usage=True,
                   strip_usage=strip_usage)
-    async with p.admission.slot(model):
-        return await p.dispatcher.handle(request, fwd)
+    async with p.admission.slot(model):  # type: ignore[union-attr]  # both are set before the routes serve
+        return await p.dispatcher.handle(request, fwd)  # type: ignore[union-attr]
 
 
 def _asks_usage(body: dict) -> bool:
@@ -209,7 +209,7 @@ def build_app(config: ProxyConfig, policy: RoutingPolicy | None = None,
         web.get("/v1/models", models), web.get("/health", health), web.get("/ready", ready),
         web.get("/metrics", metrics),
         *AdminApi(pool, config.admin_token, proxy.probe_now).routes(),
-        debug_route(config.admin_token, lambda: {"queued": proxy.admission.queued(),
+        debug_route(config.admin_token, lambda: {"queued": proxy.admission.queued(),  # type: ignore[union-attr]
                                                  "in_flight": sum(b.in_flight for b in proxy.pool)}),
     ])
     app.on_startup.append(lambda _app: proxy.start())

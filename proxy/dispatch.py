@@ -107,7 +107,8 @@ class Dispatcher:
             if picked is None:
                 break
             if attempt:
-                self.metrics.retries.labels(failure.reason if failure else f"status_{answer.status}").inc()
+                # after a failed attempt: a failure, or else a retryable answer
+                self.metrics.retries.labels(failure.reason if failure else f"status_{answer.status}").inc()  # type: ignore[union-attr]
                 await asyncio.sleep(wait_before_retry_s(self.config.retry, attempt, self.rng, retry_after_s))
             backend, decision = picked
             tried.append(backend)
@@ -186,10 +187,9 @@ class Dispatcher:
                      start: float, deadline: float) -> web.StreamResponse:
         headers = self._response_headers(upstream, backend, decision, request_id, fwd.debug)
         if is_small_whole_body(upstream):
-            response = await self._answer_whole(fwd, upstream, backend, decision, reservation, headers, start,
-                                                deadline)
-            self._client_ended(request, await send_whole(request, response, self.config.timeouts))
-            return response
+            whole = await self._answer_whole(fwd, upstream, backend, decision, reservation, headers, start, deadline)
+            self._client_ended(request, await send_whole(request, whole, self.config.timeouts))
+            return whole
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
         if upstream.content_length is not None and not is_event_stream(upstream):
             response.content_length = upstream.content_length

@@ -77,7 +77,7 @@ class ThrottledWarning:
             self.held_back += 1
             return False
         line = " ".join(message.split())
-        if self.held_back:
+        if self.held_back and self.last_s is not None:  # held back only after a line went out
             line += f" ({self.held_back} more like it in the last {now - self.last_s:.0f} s)"
         self.logger.warning("%s", line)
         self.last_s, self.held_back = now, 0

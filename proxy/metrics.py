@@ -62,9 +62,10 @@ class RouterMetrics:
         if counter is None:
             counter = self._requests_by_key[key] = self.requests.labels(model, backend, str(status))
         counter.inc()
-        latency, ttft = self._by_model.get(model, (None, None))
-        if latency is None:
-            latency, ttft = self._by_model[model] = (self.latency.labels(model), self.ttft.labels(model))
+        pair = self._by_model.get(model)
+        if pair is None:
+            pair = self._by_model[model] = (self.latency.labels(model), self.ttft.labels(model))
+        latency, ttft = pair
         latency.observe(latency_s)
         if ttft_s is not None:
             ttft.observe(ttft_s)

@@ -99,9 +99,11 @@ class Backend:
         unseen_requests, unseen_tokens = self.unseen_requests, self.unseen_tokens
         key = (index, self.state, self.spec, self.models, self.in_flight, self.in_flight_tokens, self.prefill_tokens,
                unseen_requests, unseen_tokens, self.sample, self.sample_time_s, int(now_s / AGE_RESOLUTION_S))
-        if key != self._view_key:
-            self._view_key, self._view = key, self._build_view(index, now_s, unseen_requests, unseen_tokens)
-        return self._view
+        view = self._view
+        if key != self._view_key or view is None:
+            view = self._build_view(index, now_s, unseen_requests, unseen_tokens)
+            self._view_key, self._view = key, view
+        return view
 
     def _build_view(self, index: int, now_s: float, unseen_requests: int, unseen_tokens: int) -> BackendView:
         s = self.sample

@@ -152,6 +152,8 @@ def parse_request(body: dict, chat: bool, headers: Mapping[str, str], session_he
     if not isinstance(stream, bool):
         raise ProxyError(400, "'stream' must be a boolean.", param="stream")
     _check_stream_options(body.get("stream_options"))
+    text: str | None
+    ids: tuple[int, ...] | None
     if chat:
         text, ids = render_chat(body.get("messages")), None
     elif "prompt" not in body:

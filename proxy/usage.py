@@ -37,7 +37,7 @@ def _usage_of(obj: object) -> Usage | None:
         timings = obj.get("timings")
         cached = timings.get("cache_n") if isinstance(timings, dict) else None
     said = isinstance(cached, int)
-    return Usage(prompt_tokens=prompt, cached_tokens=cached if said else 0, reports_cache=said)
+    return Usage(prompt_tokens=prompt, cached_tokens=cached if isinstance(cached, int) else 0, reports_cache=said)
 
 
 def usage_from_json(body: bytes) -> Usage | None:

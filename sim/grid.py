@@ -43,4 +43,5 @@ def step_ends_s(start_s: float, durations_s: Sequence[float]) -> list[float]:
     if ends_ns[-1] >= _EXACT_LIMIT_S * 1e9:
         return _chained(start_s, durations.tolist())
     ends_ns /= 1e9  # n / 1e9 is the float nearest n nanoseconds, as round(x, 9) gives
-    return ends_ns.tolist()
+    ends_s: list[float] = ends_ns.tolist()
+    return ends_s

@@ -67,4 +67,5 @@ def prompt_token_ids(req: TraceRequest, index: int, namespace: str = "flotilla")
     if not parts:
         return []
     ids = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    return ids[:req.input_length].tolist()
+    prompt: list[int] = ids[:req.input_length].tolist()
+    return prompt

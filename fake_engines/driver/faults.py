@@ -122,7 +122,7 @@ class FaultInjector:
         self._timers: list[asyncio.TimerHandle] = []
         self._tasks: set[asyncio.Task] = set()
         """Background fault tasks, referenced so they are not collected mid-way."""
-        self.busy: set[asyncio.BaseTransport] = set()
+        self.busy: set[asyncio.BaseTransport | None] = set()
         """Connections with a request being answered (refusing lets those finish)."""
         self.config = FaultConfig()
         self.rng = random.Random(0)
@@ -243,7 +243,7 @@ async def _drop_stream_hook(request: web.Request, response: web.StreamResponse) 
         sent += data.count(b"data: ")
         await write(data)
 
-    response.write = counting_write  # type: ignore[method-assign]
+    response.write = counting_write  # type: ignore[method-assign, assignment]
 
 
 async def get_faults(request: web.Request) -> web.Response:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
 from fake_engines.vllm.config import VLLM_VERSION
 
@@ -21,7 +22,7 @@ class Usage:
 
     def body(self, with_details_key: bool) -> dict:
         """usage as vLLM writes it (the streaming usage chunk omits the details keys)."""
-        out = {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + self.completion_tokens,
+        out: dict[str, Any] = {"prompt_tokens": self.prompt_tokens, "total_tokens": self.prompt_tokens + self.completion_tokens,
                "completion_tokens": self.completion_tokens}
         if self.cached_tokens is not None:
             out["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}

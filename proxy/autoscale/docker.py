@@ -21,6 +21,7 @@ import asyncio
 import json
 import secrets
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
@@ -80,7 +81,8 @@ class DockerActuator(Actuator):
         return self._session
 
     async def _call(self, method: str, path: str, params: dict | None = None, body: dict | None = None,
-                    ok: tuple[int, ...] = (200, 201, 204)) -> object:
+                    ok: tuple[int, ...] = (200, 201, 204)) -> Any:
+        """The decoded JSON answer (None when empty); ActuatorError for any other status."""
         url = f"http://docker/{API_VERSION}{path}"
         try:
             async with self.session.request(method, url, params=params, json=body) as resp:
@@ -110,8 +112,8 @@ class DockerActuator(Actuator):
         if s.network:
             host_config = {"NetworkMode": s.network}
         cmd = [*s.command, "--host", "0.0.0.0", "--port", str(s.port)] if s.command else None
-        spec = {"Image": s.image, "Labels": {**s.labels, MANAGED_LABEL: s.fleet}, "ExposedPorts": {port: {}},
-                "HostConfig": host_config}
+        spec: dict[str, Any] = {"Image": s.image, "Labels": {**s.labels, MANAGED_LABEL: s.fleet},
+                                "ExposedPorts": {port: {}}, "HostConfig": host_config}
         if s.network:  # every replica also answers to the fleet name: one DNS name lists them all (Prometheus)
             spec["NetworkingConfig"] = {"EndpointsConfig": {s.network: {"Aliases": [s.fleet]}}}
         if cmd:
@@ -129,10 +131,11 @@ class DockerActuator(Actuator):
         config, host = self._template["Config"], self._template["HostConfig"]
         labels = {k: v for k, v in (config.get("Labels") or {}).items() if k != COMPOSE_NUMBER_LABEL}
         networks = list((self._template.get("NetworkSettings") or {}).get("Networks") or {})
-        spec = {"Image": config["Image"], "Cmd": config.get("Cmd"), "Env": config.get("Env") or [],
-                "Labels": {**labels, **self.settings.labels, MANAGED_LABEL: self.settings.fleet},
-                "ExposedPorts": config.get("ExposedPorts") or {},
-                "HostConfig": {"NetworkMode": host.get("NetworkMode") or "default"}}
+        spec: dict[str, Any] = {
+            "Image": config["Image"], "Cmd": config.get("Cmd"), "Env": config.get("Env") or [],
+            "Labels": {**labels, **self.settings.labels, MANAGED_LABEL: self.settings.fleet},
+            "ExposedPorts": config.get("ExposedPorts") or {},
+            "HostConfig": {"NetworkMode": host.get("NetworkMode") or "default"}}
         if networks:
             aliases = [self.settings.compose_service]
             spec["NetworkingConfig"] = {"EndpointsConfig": {networks[0]: {"Aliases": aliases}}}

@@ -148,6 +148,7 @@ async def _hold_stream(holder: Holder, request: web.Request, handler,
     if response is None:
         return await handler(request) if ready else holder.unavailable()
     if ready:
+        assert session is not None  # a held stream is kept alive only with a session to relay through
         await _relay_through_proxy(request, response, session)
     else:
         await response.write(sse_error_event(
@@ -161,7 +162,7 @@ async def _relay_through_proxy(request: web.Request, response: web.StreamRespons
                                session: aiohttp.ClientSession) -> None:
     """The held stream's headers are out already, so the request goes through the proxy's own
     socket again (with routing, retries and metrics) and its body is copied into this response."""
-    host, port = request.transport.get_extra_info("sockname")[:2]
+    host, port = request.transport.get_extra_info("sockname")[:2]  # type: ignore[union-attr]  # still connected
     host = f"[{host}]" if ":" in host else host
     headers = {k: v for k, v in request.headers.items() if k.lower() not in _NOT_COPIED}
     headers[HELD_HEADER] = "1"

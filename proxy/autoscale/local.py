@@ -110,9 +110,11 @@ class _Watchdog:
         if self._process is None:  # its own session: a Ctrl-C meant for us does not end it first
             self._process = subprocess.Popen([sys.executable, "-c", WATCHDOG], stdin=subprocess.PIPE, text=True,
                                              start_new_session=True)
+        stdin = self._process.stdin
+        assert stdin is not None  # started with stdin=PIPE
         with contextlib.suppress(OSError):
-            self._process.stdin.write(f"{sign}{group}\n")
-            self._process.stdin.flush()
+            stdin.write(f"{sign}{group}\n")
+            stdin.flush()
 
 
 _watchdog = _Watchdog()

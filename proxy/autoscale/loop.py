@@ -300,6 +300,7 @@ class Autoscaler:
         return True
 
     async def _finish_drain(self, replica_id: str, replica: ManagedReplica) -> None:
+        assert replica.draining_since_s is not None  # set by the drain that started this task
         deadline = replica.draining_since_s + self.settings.drain_timeout_s
         while self._in_flight(replica) and self.clock.now_s() < deadline:
             await asyncio.sleep(min(0.05, self.clock.real_s(self.sample_interval_s)))

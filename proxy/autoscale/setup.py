@@ -28,7 +28,7 @@ from proxy.autoscale.actuator import Actuator
 from proxy.autoscale.config import AutoscaleConfig
 from proxy.autoscale.holder import Holder, hold_middleware
 from proxy.autoscale.local import LocalActuator, guess_flavor
-from proxy.autoscale.loop import Autoscaler, LoopSettings, ScaledClock
+from proxy.autoscale.loop import Autoscaler, LoopSettings, ScaledClock, SignalSource
 from proxy.autoscale.metrics import AutoscalerMetrics
 from proxy.autoscale.signals import ArrivalCounter, PoolSignals, PrometheusSignals, parse_query_args
 from proxy.pool import BackendPool
@@ -41,7 +41,7 @@ def build_policy(config: AutoscaleConfig) -> ScalingPolicy:
     defaults = {"interval_s": config.interval_s} if config.interval_s is not None else None
     policy = create_policy(config.policy, defaults)
     if config.interval_s is not None and hasattr(policy.config, "interval_s"):
-        policy.config = dataclasses.replace(policy.config, interval_s=config.interval_s)
+        policy.config = dataclasses.replace(policy.config, interval_s=config.interval_s)  # type: ignore[type-var]
     bounds = {k: v for k, v in (("min_replicas", config.min_replicas), ("max_replicas", config.max_replicas))
               if v is not None}
     if bounds:
@@ -59,6 +59,7 @@ def engine_flavor(config: AutoscaleConfig) -> str:
 def build_actuator(config: AutoscaleConfig) -> Actuator:
     flavor = engine_flavor(config)
     if config.actuator == "local":
+        assert config.engine_cmd  # AutoscaleConfig refuses the local actuator without one
         return LocalActuator(config.engine_cmd, flavor=flavor, log_dir=config.engine_log_dir)
     if config.actuator == "docker":
         from proxy.autoscale.docker import DockerActuator, DockerSettings
@@ -97,6 +98,7 @@ class AutoscaleRuntime:
     async def start(self, ttft_histogram) -> None:
         self.session = aiohttp.ClientSession()
         held = lambda: self.holder.held  # noqa: E731 - read at sample time
+        source: SignalSource
         if self.config.prometheus_url:
             source = PrometheusSignals(self.config.prometheus_url, self.session,
                                        parse_query_args(self.config.prometheus_queries), held=held)

@@ -15,6 +15,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from prometheus_client import Histogram
@@ -207,8 +208,8 @@ def query_value(body: object) -> float | None:
     if not isinstance(body, dict) or body.get("status") != "success":
         log.warning("prometheus answered %r", body)
         return None
-    data = body.get("data") or {}
-    result = data.get("result")
+    data: dict[str, Any] = body.get("data") or {}
+    result: Any = data.get("result")
     if data.get("resultType") == "scalar":
         values = [result[1]]
     elif data.get("resultType") == "vector" and isinstance(result, list):
