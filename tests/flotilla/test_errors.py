@@ -9,6 +9,8 @@ import pytest
 
 from fake_engines.core import ConfigError as CoreConfigError
 from fake_engines.driver.faults import FaultConfigError
+from fake_engines.llamacpp.config import ServerConfigError
+from fake_engines.vllm.config import ServeConfigError
 from flotilla.errors import ConfigError, FlagError
 from flotilla.plan.fit import PlanError
 from policies.routing import ConfigError as RoutingConfigError
@@ -19,7 +21,7 @@ from proxy.config import ConfigError as ProxyConfigError
 
 def test_every_package_raises_the_one_config_error() -> None:
     assert CoreConfigError is RoutingConfigError is ScalingConfigError is ProxyConfigError is ConfigError
-    for cls in (FaultConfigError, FlagError, PlanError, SignalError):
+    for cls in (FaultConfigError, FlagError, PlanError, SignalError, ServeConfigError, ServerConfigError):
         assert issubclass(cls, ConfigError) and issubclass(cls, ValueError)
 
 
