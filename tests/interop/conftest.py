@@ -83,15 +83,21 @@ def llama_pair(interop_cache: InteropCache, engine_logs: Path) -> Iterator[list[
 
 @pytest.fixture(scope="session")
 def vllm_pair(interop_cache: InteropCache, engine_logs: Path) -> Iterator[list[Engine]]:
-    """Two real vLLMs serving the tiny model as tiny-llama; vllm-0 also serves LoRA adapter lora-a,
-    vllm-1 lora-b. Each is bound to its own core."""
+    """Two real vLLMs serving the tiny model as tiny-llama; vllm-0 also serves LoRA adapter lora-a
+    and publishes its KV-cache events (`kv_events_endpoint`), vllm-1 serves lora-b. Each is bound
+    to its own core."""
     _need(interop_cache.missing_vllm(), interop_cache)
-    engines = [vllm_engine(interop_cache, f"vllm-{i}", engine_logs, adapter=f"lora-{'ab'[i]}", cpu=i)
-               for i in range(2)]
+    engines = [vllm_engine(interop_cache, "vllm-0", engine_logs, adapter="lora-a", cpu=0,
+                           kv_events=kv_events_endpoint(engine_logs)),
+               vllm_engine(interop_cache, "vllm-1", engine_logs, adapter="lora-b", cpu=1)]
     _start_all(engines)
     yield engines
     for engine in engines:
         engine.stop()
+
+
+def kv_events_endpoint(engine_logs: Path) -> str:
+    return f"ipc://{engine_logs / 'vllm-0-kv-events.sock'}"
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import json
 import os
 import signal
 import socket
@@ -213,18 +214,19 @@ def llama_engine(cache: InteropCache, name: str, log_dir: Path, *, model: Path |
 
 
 def vllm_engine(cache: InteropCache, name: str, log_dir: Path, *, adapter: str | None = None,
-                kv_events_port: int | None = None, cpu: int = 0) -> Engine:
+                kv_events: str | None = None, cpu: int = 0) -> Engine:
     """vLLM for CPU serving the tiny model with LoRA on (which also turns compilation off: a
     faster start), prompt-token details on (so usage reports cached tokens), two sequences at
-    once (so a third request waits), and 1 GiB of KV cache."""
+    once (so a third request waits), and 1 GiB of KV cache; optionally publishing its KV-cache
+    events on `kv_events`."""
     argv = [str(cache.vllm_venv / "bin" / "vllm"), "serve", str(cache.hf_model), "--served-model-name", MODEL_NAME,
             "--max-model-len", "8192", "--max-num-seqs", "2", "--enable-prompt-tokens-details",
             "--enable-lora", "--max-loras", "2", "--max-lora-rank", "8"]
     if adapter:
         argv += ["--lora-modules", f"{adapter}={cache.adapter(adapter)}"]
-    if kv_events_port:
-        argv += ["--kv-events-config", '{"enable_kv_cache_events": true, "publisher": "zmq", '
-                 f'"endpoint": "tcp://127.0.0.1:{kv_events_port}", "topic": "kv-events"}}']
+    if kv_events:  # an ipc:// endpoint, which vLLM binds (a tcp one it would connect to)
+        argv += ["--kv-events-config", json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
+                                                   "endpoint": kv_events, "topic": "kv-events"})]
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": str(cpu),
            "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
