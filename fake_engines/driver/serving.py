@@ -8,7 +8,7 @@ import json
 import logging
 import signal
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 
 from aiohttp import web
 
@@ -19,7 +19,7 @@ client can report modelled time. Real engines do not send it."""
 log = logging.getLogger("fake_engines.driver.serving")
 
 
-async def write_sse(request: web.Request, headers: dict[str, str], events: AsyncIterator[dict | str],
+async def write_sse(request: web.Request, headers: dict[str, str], events: AsyncGenerator[dict | str, None],
                     on_client_gone: Callable[[], None]) -> web.StreamResponse:
     """Send the status line and headers at once (first data comes at TTFT), then each event.
 

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -156,7 +156,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return await _handle(request, "chat")
 
 
-async def _pieces(server: LlamaServer, req: LlamaRequest, handle: RequestHandle) -> AsyncIterator[Piece]:
+async def _pieces(server: LlamaServer, req: LlamaRequest,
+                  handle: RequestHandle) -> AsyncGenerator[Piece, None]:
     """The request's text step by step; a matched stop string ends the task at once."""
     sent = ""
     async for out in handle.outputs():
@@ -201,7 +202,8 @@ async def _collect(server: LlamaServer, req: LlamaRequest, handle: RequestHandle
     return json_body(build(shapes.new_id(), created, model, text, last.reason or "stop", use, timings))
 
 
-async def _events(server: LlamaServer, req: LlamaRequest, handle: RequestHandle) -> AsyncIterator[dict | str]:
+async def _events(server: LlamaServer, req: LlamaRequest,
+                  handle: RequestHandle) -> AsyncGenerator[dict | str, None]:
     """The stream's events as the task produces tokens, then the closing ones."""
     rid, created, model = shapes.new_id(), int(time.time()), server.config.model_id
     if req.kind == "chat":

@@ -7,7 +7,7 @@ with finish_reason "stop" and stop_reason set to that string, and frees it in th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from fake_engines.core import decode
@@ -70,7 +70,7 @@ async def _pump(choice: Choice, stops: list[str], queue: asyncio.Queue) -> None:
                                      out.num_cached_tokens, out.num_output_tokens))
 
 
-async def deltas(choices: list[Choice], stops: list[str]) -> AsyncIterator[ChoiceDelta]:
+async def deltas(choices: list[Choice], stops: list[str]) -> AsyncGenerator[ChoiceDelta, None]:
     """Every choice's deltas as they come; ends once each choice has finished."""
     queue: asyncio.Queue = asyncio.Queue()
     tasks = [asyncio.create_task(_pump(c, stops, queue)) for c in choices]

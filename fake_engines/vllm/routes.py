@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -216,7 +216,8 @@ def _choice_fields(req: GenerationRequest, text: str, reason: str, stop_reason: 
     return {"text": text, "finish_reason": reason, "stop_reason": stop_reason}
 
 
-async def _events(server: VllmServer, req: GenerationRequest, choices: list[Choice]) -> AsyncIterator[dict | str]:
+async def _events(server: VllmServer, req: GenerationRequest,
+                  choices: list[Choice]) -> AsyncGenerator[dict | str, None]:
     """The stream's events as the choices produce them, then usage (if asked) and [DONE]."""
     rid, created = shapes.new_id("chatcmpl" if req.chat else "cmpl"), int(time.time())
     started: set[int] = set()

@@ -97,7 +97,8 @@ async def test_a_client_gone_mid_stream_is_a_quiet_abort_that_frees_the_request(
         if how == "half-close":
             writer.write_eof()
         else:
-            writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            linger_0 = struct.pack("ii", 1, 0)  # close() sends a reset
+            writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger_0)
             writer.close()
         async with aiohttp.ClientSession() as session:
             async def freed() -> str | None:
