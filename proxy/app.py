@@ -104,11 +104,31 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return await _generate(request, chat=True)
 
 
+FORWARDED_ROUTES = (web.post("/v1/completions", completions),
+                    web.post("/v1/chat/completions", chat_completions))
+"""The allow-list: the only routes forwarded to an engine. Any other path gets the proxy's own 404,
+a served path with another method its 405 with Allow (see proxy/paths.py, docs/reliability.md)."""
+
+
+def is_forwarded(request: web.Request) -> bool:
+    """The request matched a route of the allow-list (not a 404 or 405, nor one the proxy answers)."""
+    route = request.match_info.route
+    return route.resource is not None and any(
+        route.method == r.method and route.resource.canonical == r.path for r in FORWARDED_ROUTES)
+
+
+async def generation_body(request: web.Request) -> tuple[bytes, dict]:
+    """A generation request's body as every check reads it: the content type, Content-Encoding
+    decoded within the body limit, a JSON object; ProxyError (4xx) otherwise. aiohttp keeps the
+    raw bytes, so a second call reads no more from the client."""
+    check_content_type(request.headers.get("Content-Type", ""))
+    raw = await read_body(request, _proxy(request).config.max_body_bytes)
+    return raw, load_json_object(raw)
+
+
 async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     p = _proxy(request)
-    check_content_type(request.headers.get("Content-Type", ""))
-    raw = await read_body(request, p.config.max_body_bytes)
-    body = load_json_object(raw)
+    raw, body = await generation_body(request)
     adapters = frozenset().union(*(b.adapters for b in p.pool)) if len(p.pool) else frozenset()
     parsed = parse_request(body, chat, request.headers, p.config.session_header, p.config.chars_per_token,
                            adapters)
@@ -202,10 +222,8 @@ def build_app(config: ProxyConfig, policy: RoutingPolicy | None = None,
     app = web.Application(middlewares=[errors_middleware, canonical_path_middleware, access.middleware],
                           client_max_size=config.max_body_bytes)
     app[PROXY_KEY] = proxy
-    # The allow-list: only these engine routes are forwarded; any other path gets the proxy's own
-    # 404, another method 405 with Allow (see proxy/paths.py and docs/reliability.md).
     app.add_routes([
-        web.post("/v1/completions", completions), web.post("/v1/chat/completions", chat_completions),
+        *FORWARDED_ROUTES,
         web.get("/v1/models", models), web.get("/health", health), web.get("/ready", ready),
         web.get("/metrics", metrics),
         *AdminApi(pool, config.admin_token, proxy.probe_now).routes(),

@@ -18,6 +18,7 @@ import aiohttp
 from aiohttp import web
 
 from policies.routing.base import BackendState
+from proxy.app import generation_body, is_forwarded
 from proxy.autoscale.config import HoldSettings
 from proxy.errors import ProxyError, error_response, sse_error_event
 from proxy.pool import BackendPool
@@ -100,17 +101,11 @@ class Holder:
                               {"x-flotilla-backend": ""})
 
 
-def is_held_path(request: web.Request) -> bool:
-    return request.method == "POST" and request.path.startswith("/v1/")
-
-
 async def wants_stream(request: web.Request) -> bool:
-    """The body asks for a stream (read once; aiohttp keeps it for the handler)."""
-    try:
-        body = json.loads(await request.read() or b"{}")
-    except (ValueError, UnicodeDecodeError):
-        return False
-    return isinstance(body, dict) and body.get("stream") is True
+    """The body asks for a stream, read as the handler reads it (decoded, within the body limit);
+    ProxyError for a body the handler refuses."""
+    _, body = await generation_body(request)
+    return body.get("stream") is True
 
 
 def hold_middleware(holder: Holder, on_arrival: Callable[[], None],
@@ -119,12 +114,17 @@ def hold_middleware(holder: Holder, on_arrival: Callable[[], None],
 
     @web.middleware
     async def middleware(request: web.Request, handler) -> web.StreamResponse:
-        if not is_held_path(request) or request.headers.get(HELD_HEADER):
+        # Only routes the proxy forwards wait for a replica: any other gets its 404/405 at once.
+        if not is_forwarded(request) or request.headers.get(HELD_HEADER):
             return await handler(request)
         on_arrival()
         if holder.has_ready():
             return await handler(request)
-        if not await wants_stream(request):
+        try:
+            stream = await wants_stream(request)
+        except ProxyError:  # a body the handler refuses: its 4xx now, not after a hold
+            return await handler(request)
+        if not stream:
             return await handler(request) if await holder.wait_for_ready(request) else holder.unavailable()
         return await _hold_stream(holder, request, handler, session())
 
