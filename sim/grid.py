@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 _EXACT_LIMIT_S = 1e6  # beyond this the float grid is too coarse for the shortcut: plain loop
 _HALF_NS_MARGIN = 1e-6  # |duration * 1e9 - whole| this near 0.5 is rounded as instant() does
@@ -25,7 +26,7 @@ def _chained(start_s: float, durations_s: Sequence[float]) -> list[float]:
     return ends
 
 
-def step_ends_s(start_s: float, durations_s: Sequence[float]) -> list[float]:
+def step_ends_s(start_s: float, durations_s: Sequence[float] | npt.NDArray[np.float64]) -> list[float]:
     """[t1, t2, ...] with t_i = instant(t_(i-1) + instant(durations_s[i-1])) and t_0 = start_s, bit for bit."""
     durations = np.asarray(durations_s, dtype=np.float64)
     if len(durations) < 8 or round(start_s, 9) != start_s:

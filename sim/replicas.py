@@ -14,6 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from fake_engines.core import EngineCore, EngineRequest, RequestOutput, RequestRejected, ScheduledStep
 from fake_engines.perf.batch import StepBatch
 from sim.events import Event, EventQueue, Phase, instant
@@ -93,8 +96,9 @@ class FixedReplica:
 
 
 StepTime = Callable[[StepBatch], float]
-DecodeRunTime = Callable[[StepBatch, int, int], Sequence[float]]
-"""(first batch, context tokens added per step, steps) -> each step's seconds."""
+DecodeRunTime = Callable[[StepBatch, int, int], Sequence[float] | npt.NDArray[np.float64]]
+"""(first batch, context tokens added per step, steps) -> each step's seconds (a list, or a float64
+array as `fake_engines.perf.step_time.decode_run_array_s` gives)."""
 
 
 def stepwise_run_time(step_time: StepTime) -> DecodeRunTime:
