@@ -14,6 +14,11 @@
   start of shutdown (aiohttp waits that long, then as long again after cancelling, rounding each
   up). Whatever still runs then is cut: an event stream gets a final error event and
   `data: [DONE]`, a request not yet answered gets 503.
+
+aiohttp has no public hooks for these, so this module reads and sets some of its private
+attributes (`AIOHTTP_INTERNALS`), checked against aiohttp 3.13 and 3.14; pyproject.toml allows
+only that range. `ProxyRunner` refuses to start on an aiohttp that lacks any of them, and
+tests/proxy/test_server.py fails naming them, so an upgrade breaks a test, not the protection.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
 
@@ -39,6 +46,14 @@ over_cap_warning = ThrottledWarning(log)
 CUT_WAIT_S = 1.0
 """After the grace, how long a cut request gets to write its last words (error event or 503)."""
 CUT_MESSAGE = "The proxy shut down before this request finished; the answer is incomplete."
+AIOHTTP_INTERNALS = {
+    "RequestHandler": ("_request_count", "_messages", "_request_in_progress", "_task_handler", "_lingering_time",
+                       "_keepalive_handle", "_loop"),
+    "Server": ("_kwargs", "_connections", "_loop"),
+    "AppRunner": ("_make_server", "_server"),
+}
+"""aiohttp's private attributes this module relies on, by the class that has them (the behaviour
+behind them is held by the socket tests of tests/proxy/test_server.py)."""
 
 
 class ConnectionCounter:
@@ -202,6 +217,18 @@ class GuardedServer(Server):
         self._connections.clear()
 
 
+def missing_aiohttp_internals(runner: web.AppRunner, server: Server) -> list[str]:
+    """`Class.attribute` for each of AIOHTTP_INTERNALS that this aiohttp lacks ([] on the versions
+    pyproject.toml allows); `server` is `runner`'s, and a connection handler is made to look."""
+    try:
+        handler: object = RequestHandler(server, loop=asyncio.get_running_loop())
+    except TypeError as exc:  # its constructor changed: nothing of it can be trusted
+        return [f"RequestHandler(manager, loop=...): {exc}"]
+    have = {"RequestHandler": handler, "Server": server, "AppRunner": runner}
+    return [f"{cls}.{name}" for cls, names in AIOHTTP_INTERNALS.items() for name in names
+            if not hasattr(have[cls], name)]
+
+
 class ProxyRunner(web.AppRunner):
     """An AppRunner whose server guards connections (see the module) and answers protocol errors
     as OpenAI-style JSON."""
@@ -216,6 +243,10 @@ class ProxyRunner(web.AppRunner):
 
     async def _make_server(self) -> Server:
         server = await super()._make_server()
+        missing = missing_aiohttp_internals(self, server)
+        if missing:  # the guards would fail on the first connection, or silently: refuse to start
+            raise RuntimeError(f"aiohttp {aiohttp.__version__} lacks {', '.join(missing)}, which the proxy's "
+                               f"connection guards (proxy/server.py) need; install the aiohttp pyproject.toml allows")
         server.__class__ = GuardedServer  # same state, our handler factory and shutdown
         assert isinstance(server, GuardedServer)
         server.limits = self.limits

@@ -10,12 +10,14 @@ import logging
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from policies.routing.base import BackendState
+from proxy import server as server_mod
 from proxy.errors import ThrottledWarning
 from proxy.limits import LimitsConfig
 from proxy.ratelimit import client_id
-from proxy.server import ConnectionCounter
+from proxy.server import ConnectionCounter, ProxyRunner, missing_aiohttp_internals
 from tests.waiting import wait_until
 
 BODY = {"model": "tiny-llama", "prompt": "hi", "max_tokens": 2}
@@ -178,3 +180,29 @@ def test_throttled_warnings_log_one_line_per_period_and_count_the_rest(caplog):
         assert w.warning("fourth")
     assert [r.getMessage() for r in caplog.records] == ["first with a newline",
                                                          "fourth (2 more like it in the last 12 s)"]
+
+
+async def _missing_internals() -> list[str]:
+    runner = web.AppRunner(web.Application())
+    await runner.setup()
+    try:
+        return missing_aiohttp_internals(runner, runner.server)  # type: ignore[arg-type]  # set up above
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_aiohttp_internals_the_connection_guards_need_are_there():
+    missing = await _missing_internals()
+    assert not missing, (
+        f"aiohttp {aiohttp.__version__} lacks {missing}: proxy/server.py (the connection cap, header and body "
+        f"timeouts, the shutdown deadline) reads them. Check it against this aiohttp, then update "
+        f"AIOHTTP_INTERNALS and the aiohttp bound in pyproject.toml.")
+
+
+async def test_an_aiohttp_without_an_internal_is_named_and_the_proxy_refuses_to_start(monkeypatch):
+    monkeypatch.setitem(server_mod.AIOHTTP_INTERNALS, "RequestHandler", ("_request_count", "_gone_in_a_release"))
+    assert await _missing_internals() == ["RequestHandler._gone_in_a_release"]
+    runner = ProxyRunner(web.Application(), LimitsConfig())
+    with pytest.raises(RuntimeError, match=r"lacks RequestHandler\._gone_in_a_release.*pyproject\.toml"):
+        await runner.setup()
+    await runner.cleanup()
