@@ -8,8 +8,10 @@ Registered through the `pytest11` entry point, so installing Flotilla is enough:
         assert result.summary.prefix_hit_rate > 0.7
 
 Each fixture is a factory: `await factory(config=None, **settings)` with a fleet YAML file,
-YAML text, a mapping or a `FleetSpec` as `config` and `FleetSpec` fields as keywords. Every fleet
-a factory started is closed after the test. The fixtures need pytest-asyncio (any mode); the
+YAML text, a mapping or a `FleetSpec` as `config` and `FleetSpec` fields as keywords, or
+`await factory(fleet="fleet.yaml")` with a `flotilla up` fleet file (or a `flotilla.fleet.Fleet`)
+and `policy`, `seed`, `time_scale` or `scrape_interval_s` as keywords. Every fleet a factory
+started is closed after the test. The fixtures need pytest-asyncio (any mode); the
 heavy imports wait until a fixture is used, so the plugin costs nothing to other test suites.
 """
 
@@ -32,15 +34,21 @@ FleetFactory = Callable[..., Awaitable[Any]]
 @contextlib.asynccontextmanager
 async def fleets(kind: str) -> AsyncIterator[FleetFactory]:
     """A factory of `live` or `sim` fleets that closes every fleet it started on exit."""
-    from flotilla.testing import LiveFleet, SimFleet, load_fleet_spec
+    from flotilla.fleet import Fleet
+    from flotilla.testing import LiveFleet, SimFleet, load_fleet, load_fleet_spec
 
     fleet_cls = LiveFleet if kind == "live" else SimFleet
     started: list[Any] = []
 
-    async def start(config: Any = None, **settings: Any) -> Any:
-        fleet = await fleet_cls.start(load_fleet_spec(config, **settings))
-        started.append(fleet)
-        return fleet
+    async def start(config: Any = None, *, fleet: Any = None, **settings: Any) -> Any:
+        if isinstance(config, Fleet):
+            config, fleet = None, config
+        if fleet is not None and config is not None:
+            raise TypeError("give a fleet file (fleet=) or FleetSpec settings (config), not both")
+        target = load_fleet(fleet, **settings) if fleet is not None else load_fleet_spec(config, **settings)
+        running = await fleet_cls.start(target)
+        started.append(running)
+        return running
 
     try:
         yield start

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
+from fake_engines.factory.vllm_config import max_model_len_arg
 from flotilla.cli_errors import positive_int
 
 HELP = "simulate a fleet under a virtual clock and compare routing policies on identical arrivals"
@@ -26,11 +27,11 @@ examples:
 
 # flags, spelled as fake-vllm serve / fake-llama-server spell them -> (scheduler config field,
 # type, engine kinds it applies to)
-ENGINE_FLAGS: dict[tuple[str, ...], tuple[str, type, tuple[str, ...]]] = {
+ENGINE_FLAGS: dict[tuple[str, ...], tuple[str, Callable[[str], object], tuple[str, ...]]] = {
     ("--block-size",): ("block_size", int, ("vllm",)),
     ("--max-num-seqs",): ("max_num_seqs", int, ("vllm",)),
     ("--max-num-batched-tokens",): ("max_num_batched_tokens", int, ("vllm",)),
-    ("--max-model-len",): ("max_model_len", int, ("vllm",)),
+    ("--max-model-len",): ("max_model_len", max_model_len_arg, ("vllm",)),
     ("--max-loras",): ("max_loras", int, ("vllm",)),
     ("--enable-prefix-caching",): ("enable_prefix_caching", bool, ("vllm",)),
     ("--prefix-caching-hash-algo",): ("prefix_caching_hash_algo", str, ("vllm",)),
@@ -49,8 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", help="trace format when it cannot be recognised from the file")
     p.add_argument("--max-requests", type=int, help="stop after this many requests of the workload")
     p.add_argument("--replicas", type=positive_int, default=4, help="engine replicas behind the router (default 4)")
-    p.add_argument("--fleet", metavar="FILE", help="the engines of a `flotilla up` fleet file, weighed as it weighs "
-                   "them, instead of --replicas copies of --engine (default --policy: the file's)")
+    p.add_argument("--fleet", metavar="FILE", help="the fleet of a `flotilla up` fleet file (its engines, weighed as "
+                   "it weighs them, its autoscaler, SLO and scrape interval) instead of --replicas copies of "
+                   "--engine; --policy, --autoscale, --slo and --scrape-interval override the file's")
     p.add_argument("--engine", choices=("vllm", "llamacpp", "fixed"), default="vllm",
                    help="engine model: full vLLM, full llama.cpp, or fixed (one request at a time for "
                         "the trace's service_time_s)")
@@ -122,33 +124,41 @@ def _spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def _fleet(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    """The `flotilla up` fleet of --fleet, or None."""
+    """The fleet of --fleet (flotilla.fleet.Fleet), or None."""
     if not args.fleet:
         return None
-    if args.autoscale:
-        raise ValueError("--fleet simulates the fleet at its starting size; --autoscale needs --engine and --replicas")
-    from pathlib import Path
+    from flotilla.fleet import load_fleet_file
 
-    from proxy.fleetfile import load_up_fleet
+    return load_fleet_file(args.fleet)
 
-    return load_up_fleet(Path(args.fleet))
+
+def _settings(args: argparse.Namespace, fleet) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    """Routing and scaling policies, SLO and scrape interval: the flags, else the fleet file's."""
+    from loadgen.stats import parse_slo
+    from proxy.autoscale.config import AutoscaleConfig
+
+    scaling = args.autoscale
+    if not scaling and fleet is not None and fleet.autoscaler is not None:
+        scaling = [fleet.autoscaler.policy or AutoscaleConfig.policy]
+    return {"policies": args.policy or ([fleet.policy] if fleet else ["round-robin"]), "autoscale": scaling,
+            "slo": parse_slo(args.slo) if args.slo else (fleet.slo if fleet else None),
+            "scrape_interval_s": args.scrape_interval or (fleet.scrape_interval_s if fleet else None)}
 
 
 def run(args: argparse.Namespace) -> int:
-    from loadgen.stats import parse_slo
-    from sim.build import up_fleet_replicas
+    from fake_engines.factory import ModelDoesNotFit
+    from sim.build import fleet_replicas
     from sim.report import comparison_table
     from sim.run import compare
 
     try:
-        slo = parse_slo(args.slo) if args.slo else None
         fleet = _fleet(args)
-        policies = args.policy or ([fleet.policy] if fleet else ["round-robin"])
-        runs = len(policies) * max(1, len(args.autoscale))
-        results = compare(_workload(args, runs), _spec(args), args.replicas, policies, args.seed,
-                          args.scrape_interval, slo, args.autoscale, args.cold_start,
-                          up_fleet_replicas(fleet, args.seed) if fleet else None)
-    except (ValueError, KeyError, OSError) as exc:  # a bad trace or flag: one line, no traceback
+        s = _settings(args, fleet)
+        runs = len(s["policies"]) * max(1, len(s["autoscale"]))
+        results = compare(_workload(args, runs), _spec(args), args.replicas, s["policies"], args.seed,
+                          s["scrape_interval_s"], s["slo"], s["autoscale"], args.cold_start,
+                          fleet_replicas(fleet) if fleet else None)
+    except (ValueError, KeyError, OSError, ModelDoesNotFit) as exc:  # a bad trace or flag: one line, no traceback
         print(f"flotilla sim: error: {exc}", file=sys.stderr)
         return 2
     if args.output:

@@ -52,7 +52,7 @@ def _fail(message: str, status: int = 2) -> int:
 
 def _load(args: argparse.Namespace):  # -> UpFleet, imported lazily
     from proxy.config import ConfigError
-    from proxy.fleetfile import load_up_fleet
+    from flotilla.fleet import load_fleet_file as load_up_fleet
 
     fleet = load_up_fleet(args.fleet)
     if args.time_scale is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -325,14 +325,22 @@ def _fleet(data: object) -> FleetFile:
     if not isinstance(data, dict):
         raise ConfigError("fleet", type(data).__name__, "must be a mapping")
     section = data["proxy"] if isinstance(data.get("proxy"), dict) else data
-    where = "proxy.backends" if section is not data and "backends" in section else "backends"
-    items = section.get("backends", data.get("backends")) or []
+    where = "proxy." if section is not data and "backends" in section else ""
+    return proxy_section({"backends": section.get("backends", data.get("backends")), "policy": section.get("policy")},
+                         where)
+
+
+def proxy_section(section: Mapping[str, object], prefix: str = "") -> FleetFile:
+    """The backends and routing policy of a fleet file's proxy section: the one parser of both,
+    for `flotilla proxy --config` and the fleet model (flotilla.fleet). Errors name the key by
+    its path, `prefix` first (`proxy.backends[1].url`)."""
+    items = section.get("backends") or []
     if not isinstance(items, list):
-        raise ConfigError(where, items, "must be a list")
+        raise ConfigError(f"{prefix}backends", items, "must be a list")
     policy = section.get("policy")
     if policy is not None and not isinstance(policy, str):
-        raise ConfigError("policy", policy, "must be a policy spec NAME[:key=value,...]")
-    return FleetFile(backends=tuple(_backend(item, f"{where}[{i}]") for i, item in enumerate(items)),
+        raise ConfigError(f"{prefix}policy", policy, "must be a policy spec NAME[:key=value,...]")
+    return FleetFile(backends=tuple(_backend(item, f"{prefix}backends[{i}]") for i, item in enumerate(items)),
                      policy=policy or None)
 
 

@@ -36,6 +36,9 @@ class SimAutoscaler:
     policy: ScalingPolicy
     cold_start_s: float
     """Launch to ready, virtual seconds."""
+    first_index: int = 0
+    """Replicas below this index belong to groups it does not scale: it neither counts nor drains
+    them (their load still shows in the signals, as in the proxy's pool)."""
     history: list[ScalingSignals] = field(default_factory=list)
     arrivals_since_last: int = 0
     last_decision_s: float = 0.0
@@ -61,7 +64,8 @@ class SimAutoscaler:
         replicas = tuple(
             ReplicaInfo(replica_id=str(i), state=life.state, started_at_s=life.started_at_s,
                         ready_at_s=life.ready_at_s, in_flight=in_flight[i])
-            for i, life in enumerate(lives) if life.live and life.state is not ReplicaState.DRAINING)
+            for i, life in enumerate(lives)
+            if i >= self.first_index and life.live and life.state is not ReplicaState.DRAINING)
         ready = [r for r in replicas if r.ready_at_s is not None]
         fleet = FleetState(now_s=now_s, replicas=replicas, last_scaled_at_s=self.last_scaled_at_s,
                            cold_start_s=self.cold_start_s if ready else None)

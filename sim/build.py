@@ -1,37 +1,38 @@
-"""Turn a run description (engine kind, model, GPU, layout, scheduler flags) into replicas and jobs.
+"""Turn a fleet (a fleet file's, or one engine group from `flotilla sim`'s flags) into simulated
+replicas and jobs.
 
-Nothing here models behaviour: vLLM and llama.cpp replicas are the real engine cores with the
-real perf model's step times; this module only wires them up.
+Nothing here models behaviour: every engine replica is built by the engine factory
+(fake_engines.factory) from its group's command line, as `flotilla up` would start it: the real
+engine core with the real perf model's step times. This module only wires them up.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fake_engines.core import (
-    LlamaCppScheduler,
-    LlamaCppSchedulerConfig,
-    VllmScheduler,
-    VllmSchedulerConfig,
-    encode,
-)
+from fake_engines.factory import BuiltEngine, build_engine
 from fake_engines.perf.batch import Layout
-from fake_engines.perf.catalogue import load_catalogue
+from flotilla.fleet import EngineGroup, Fleet
 from loadgen.prompts import PromptBuilder
 from loadgen.trace import TraceRequest
+from policies.scaling import ScalingPolicy
+from sim.autoscale import SimAutoscaler
 from sim.fleet import JobFactory, ReplicaFactory
 from sim.prompt_ids import prompt_token_ids
 from sim.replicas import CoreReplica, FixedReplica, Listener, SimJob, stepwise_run_time
 
 ENGINES = ("vllm", "llamacpp", "fixed")
+SIXTEEN_BIT_GGUF = "BF16"
+"""The GGUF a llama.cpp group without a quantisation serves: the catalogue's 16-bit weights."""
 
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """One replica's engine, as `fake-vllm serve` / `fake-llama-server` flags describe it."""
+    """One replica's engine, as `fake-vllm serve` / `fake-llama-server` flags describe it: a thin
+    constructor of an engine group (`group()`), kept for `flotilla sim`'s flags and callers in Python."""
 
     kind: str = "vllm"
     """`vllm`, `llamacpp` or `fixed` (one request at a time for the trace's service time)."""
@@ -40,9 +41,10 @@ class EngineSpec:
     gpu: str = "h100"
     """Catalogue GPU name."""
     layout: Layout = Layout()
-    """Parallel layout of one replica."""
+    """Parallel layout of one replica (llama.cpp: pp GPUs split by layers, or tp by rows)."""
     scheduler: dict[str, Any] = field(default_factory=dict)
-    """Scheduler flags by config field name (e.g. max_num_seqs, block_size, n_parallel)."""
+    """Engine config fields by name (e.g. max_num_seqs, block_size, n_parallel), given to the
+    engine as its flags."""
     num_gpu_blocks_override: int | None = None
     """vLLM: KV blocks instead of the capacity model's figure."""
     gpu_memory_utilization: float = 0.9
@@ -61,64 +63,122 @@ class EngineSpec:
 
     @property
     def gguf_name(self) -> str:
-        """The model file fake-llama-server would be given (`quant` set)."""
-        return f"{self.model}-{self.quant}.gguf"
+        """The model file fake-llama-server would be given."""
+        return f"{self.model}-{self.quant or SIXTEEN_BIT_GGUF}.gguf"
+
+    def group(self, replicas: int = 1, seed: int = 0) -> EngineGroup:
+        """The engine group of `replicas` of this engine, every one started with `--seed seed`."""
+        if self.kind == "fixed":
+            raise ValueError("fixed replicas are no engine group")
+        return EngineGroup(flavor=self.kind, model=self.model, gpu=self.gpu, name=self.kind,
+                           quant=self.quant or SIXTEEN_BIT_GGUF, tensor_parallel=self.layout.tp,
+                           pipeline_parallel=self.layout.pp, replicas=replicas, min_replicas=replicas,
+                           max_replicas=replicas, args=tuple(self._flags(seed)))
+
+    def _flags(self, seed: int) -> list[str]:
+        from fake_engines.factory import option_flags
+
+        options: dict[str, Any] = {"seed": seed, "catalogue": self.catalogue_files}
+        if self.kind == "vllm":
+            options.update(link=self.layout.link, gpu_memory_utilization=self.gpu_memory_utilization,
+                           num_gpu_blocks_override=self.num_gpu_blocks_override)
+        else:
+            options.update(_llama_split(self.layout))
+        return option_flags(self.kind, {**options, **self.scheduler})
 
 
-SIM_HASH_ALGO = "builtin"
-"""The simulator's default `prefix_caching_hash_algo`: which blocks hit depends only on which
-keys are equal, and a 64-bit key hashes about twice as fast as sha256."""
+def _llama_split(layout: Layout) -> dict[str, Any]:
+    """-tp / -pp of `flotilla sim` as llama-server splits: rows over tp GPUs, layers over pp."""
+    if layout.tp > 1 and layout.pp > 1:
+        raise ValueError("llama.cpp splits one way: -tp (by rows) or -pp (by layers), not both")
+    gpus = max(layout.tp, layout.pp)
+    if gpus == 1:
+        return {}
+    return {"tensor_split": [1.0] * gpus, "split_mode": "row" if layout.tp > 1 else "layer"}
+
+
+def engine_replica(engine: BuiltEngine, index: int, listener: Listener) -> CoreReplica:
+    """A simulated replica of a built engine: a fresh core, the engine's step times; decode runs
+    need the fleet's event queue, to land mid-run reads on the right instant."""
+    run_time = engine.decode_run_time or stepwise_run_time(engine.step_time)
+    return CoreReplica(index, engine.new_core(), engine.step_time, listener, queue=getattr(listener, "queue", None),
+                       decode_run_time=run_time)
+
+
+def describe(group: EngineGroup, engine: BuiltEngine) -> dict[str, Any]:
+    """A replica as `meta.engines` lists it: its group, flavor and resolved engine config."""
+    return {"group": group.name, "flavor": group.flavor, "config": engine.describe()}
+
+
+@dataclass(frozen=True)
+class FleetReplicas:
+    """The replicas of a simulated fleet, in the order a proxy lists them, with their capacity
+    weights; replicas an autoscaler adds past `count` are copies of the scaled group."""
+
+    make_replica: ReplicaFactory
+    count: int
+    """Replicas at the start."""
+    weights: tuple[float, ...]
+    """`BackendView.weight` of replica i < count."""
+    describe: Callable[[int], dict[str, Any]] = lambda index: {}
+    """Replica i's `meta.engines` entry."""
+    fleet: Fleet | None = None
+    """The fleet they come from, for its autoscaler."""
+    scaled_weight: float = 1.0
+    """Weight of a replica added by scaling."""
+    scaled_cold_start_s: float | None = None
+    """Launch to ready of a replica added by scaling, as its engine models it."""
+
+    def scaling_policy(self, spec: str | None) -> ScalingPolicy:
+        """The scaling policy `spec` (None: the fleet file's) with the fleet file's autoscaler
+        settings (interval_s, ...), bounded by the scaled group's min and max."""
+        if self.fleet is None:
+            raise ValueError("a scaling policy needs a fleet")
+        section, group = self.fleet.autoscaled()
+        return section.scaling_policy(group, spec)
+
+    @property
+    def first_scaled(self) -> int:
+        """Index of the first replica of the scaled group: the ones before belong to fixed groups."""
+        return self.count - self.fleet.autoscaled()[1].replicas if self.fleet is not None else 0
+
+
+def fleet_replicas(fleet: Fleet) -> FleetReplicas:
+    """The engines of `fleet` as `flotilla up` starts them (Fleet.started: the fixed groups'
+    replicas in file order, then the scaled group's), each built by the engine factory from its
+    group's command line, so a replica's config is what that engine prints with --print-config."""
+    members = fleet.started()
+    engines = {g.name: build_engine(g.engine_config()) for g in fleet.engines}
+    scaled = fleet.autoscaled()[1]
+
+    def group_of(index: int) -> EngineGroup:
+        return members[index] if index < len(members) else scaled
+
+    def make(index: int, listener: Listener) -> CoreReplica:
+        return engine_replica(engines[group_of(index).name], index, listener)
+
+    return FleetReplicas(make, len(members), tuple(g.capacity_weight() for g in members),
+                         lambda index: describe(group_of(index), engines[group_of(index).name]), fleet,
+                         scaled.capacity_weight(), engines[scaled.name].spec.cold_start_s)
+
+
+up_fleet_replicas = fleet_replicas
+"""The name `flotilla sim --fleet` used before the fleet model; kept for callers."""
 
 
 def replica_factory(spec: EngineSpec, seed: int = 0) -> ReplicaFactory:
+    """Replicas of `spec` (every one the same engine, `--seed seed`); fixed replicas for `fixed`."""
     if spec.kind == "fixed":
         return FixedReplica
-    if spec.quant is not None:
-        return _gguf_replica_factory(spec, seed)
-    from fake_engines.perf.step_time import decode_run_array_s, step_time_s
-
-    cat = load_catalogue(spec.catalogue_files)
-    model, gpu = cat.model(spec.model), cat.gpu(spec.gpu)
-    link = cat.link(spec.layout.link)
-    step_time = functools.partial(step_time_s, model, gpu, layout=spec.layout, link=link)
-    run_time = functools.partial(decode_run_array_s, model, gpu, layout=spec.layout, link=link)
-
-    def make(index: int, listener: Listener) -> CoreReplica:
-        if spec.kind == "vllm":
-            block_size = int(spec.scheduler.get("block_size", 16))
-            blocks = spec.num_gpu_blocks_override or _kv_cache_blocks(
-                model, gpu, spec.layout, gpu_memory_utilization=spec.gpu_memory_utilization,
-                block_size=block_size)
-            # every hash stays in this process, so the faster key changes nothing observable
-            flags = {"prefix_caching_hash_algo": SIM_HASH_ALGO, **spec.scheduler}
-            cfg = VllmSchedulerConfig(num_gpu_blocks=blocks, max_concurrent_batches=spec.layout.pp,
-                                      seed=seed + index, **flags)
-            core: Any = VllmScheduler(cfg)
-        else:
-            core = LlamaCppScheduler(LlamaCppSchedulerConfig(seed=seed + index, **spec.scheduler))
-        # decode runs need the fleet's event queue, to land mid-run reads on the right instant
-        return CoreReplica(index, core, step_time, listener, queue=getattr(listener, "queue", None),
-                           decode_run_time=run_time)
-
-    return make
+    return fleet_replicas(Fleet(engines=(spec.group(seed=seed),))).make_replica
 
 
-def _gguf_replica_factory(spec: EngineSpec, seed: int) -> ReplicaFactory:
-    """llama.cpp replicas of a GGUF file, built as fake-llama-server builds them: the same
-    layer placement, core and step-time model."""
-    from fake_engines.llamacpp import engine
-    from fake_engines.llamacpp.config import LlamaServerConfig
-    from fake_engines.llamacpp.model import load_model
-
-    model = load_model(spec.gguf_name)
-
-    def make(index: int, listener: Listener) -> CoreReplica:
-        config = LlamaServerConfig(model=spec.gguf_name, gpu=spec.gpu, seed=seed + index, **spec.scheduler)
-        step_time = engine.step_time_fn(engine.size_engine(config, model))
-        return CoreReplica(index, engine.build_scheduler(config, model), step_time, listener,
-                           queue=getattr(listener, "queue", None), decode_run_time=stepwise_run_time(step_time))
-
-    return make
+def engine_replicas(spec: EngineSpec, replicas: int, seed: int = 0) -> FleetReplicas:
+    """`replicas` copies of `spec`'s engine, a one-group fleet (fixed replicas for `fixed`)."""
+    if spec.kind == "fixed":
+        return FleetReplicas(FixedReplica, replicas, (), lambda index: {"group": "fixed", "flavor": "fixed",
+                                                                         "config": {}})
+    return dataclasses.replace(fleet_replicas(Fleet(engines=(spec.group(replicas, seed),))), fleet=None)
 
 
 def cold_start_s(spec: EngineSpec, startup_s: float = 20.0, warmup_s: float = 40.0,
@@ -127,86 +187,48 @@ def cold_start_s(spec: EngineSpec, startup_s: float = 20.0, warmup_s: float = 40
     the load bandwidth, warm-up) with its local-NVMe defaults; 60 s for fixed replicas."""
     if spec.kind == "fixed":
         return startup_s + warmup_s
+    from fake_engines.factory.catalogue import catalogue_of
+    from fake_engines.factory.gguf import load_model
     from fake_engines.perf.coldstart import cold_start_s as perf_cold_start_s
 
     if spec.quant is not None:
-        from fake_engines.llamacpp.model import load_model
-        weight_bytes = load_model(spec.gguf_name).size_bytes
+        weight_bytes = float(load_model(spec.gguf_name, spec.catalogue_files).size_bytes)
     else:
-        weight_bytes = load_catalogue(spec.catalogue_files).model(spec.model).weight_bytes(16)
+        weight_bytes = catalogue_of(spec.catalogue_files).model(spec.model).weight_bytes(16)
     return float(perf_cold_start_s(weight_bytes, load_gbps, startup_s, warmup_s))
 
 
-def _kv_cache_blocks(*args: Any, **kwargs: Any) -> int:
-    from fake_engines.perf.kv_cache import kv_cache_blocks
+def simulated_autoscaler(replicas: FleetReplicas, policy: str, cold_start: float | None,
+                         spec: EngineSpec) -> SimAutoscaler:
+    """The autoscaler of a simulated run: the scaling policy `policy`, new replicas ready
+    `cold_start` seconds after launch (default: the engine's own modelled cold start for a fleet
+    file, the seed's Example 17 rule otherwise); only the scaled group's replicas are its own."""
+    from policies.scaling import create_policy
 
-    return int(kv_cache_blocks(*args, **kwargs))
+    if replicas.fleet is None:
+        start_s = cold_start if cold_start is not None else cold_start_s(spec)
+        return SimAutoscaler(create_policy(policy), cold_start_s=start_s)
+    start_s = cold_start if cold_start is not None else replicas.scaled_cold_start_s or 0.0
+    return SimAutoscaler(replicas.scaling_policy(policy), cold_start_s=start_s, first_index=replicas.first_scaled)
 
 
-def job_factory(spec: EngineSpec, builder: PromptBuilder | None = None) -> JobFactory:
+def job_factory(spec: EngineSpec | None = None, builder: PromptBuilder | None = None,
+                fixed: bool = False) -> JobFactory:
     """SimJobs from trace requests; engine replicas get the prompt's real token ids."""
     builder = builder or PromptBuilder()
+    fixed = fixed or (spec is not None and spec.kind == "fixed")
 
     def make(req: TraceRequest, index: int) -> SimJob:
         job = SimJob(index=index, arrival_s=req.timestamp_s, output_len=max(1, req.output_length),
                      service_time_s=req.service_time_s or 0.0, lora=req.lora)
-        if spec.kind == "fixed":
+        if fixed:
             return job
         if type(builder) is PromptBuilder:  # the ids its text encodes to, without the text
             job.prompt_token_ids = prompt_token_ids(req, index, builder.namespace)
         else:
+            from fake_engines.core import encode
+
             job.prompt_token_ids = encode(builder.build(req, index))
         return job
 
     return make
-
-
-@dataclass(frozen=True)
-class FleetReplicas:
-    """Unlike replicas in the order a proxy lists them, with their capacity weights."""
-
-    make_replica: ReplicaFactory
-    count: int
-    weights: tuple[float, ...]
-    """`BackendView.weight` of replica i."""
-
-
-def up_fleet_replicas(fleet: Any, seed: int = 0) -> FleetReplicas:
-    """The engines `flotilla up` starts for `fleet` (a proxy.fleetfile.UpFleet), each built from
-    the very command line it would run: the fixed groups' replicas in file order, which the proxy
-    lists first, then the `replicas` of the group its autoscaler owns (started with the proxy,
-    listed after). The autoscaler itself is not simulated: the fleet stays this size."""
-    from fake_engines.capacity import engine_config
-
-    scaled = fleet.scaled_group()
-    groups = [g for g in fleet.engines if g is not scaled] + ([scaled] if scaled is not None else [])
-    members = [g for g in groups for _ in range(g.replicas)]
-    configs = [engine_config(g.command(port=0, seed=seed + i)) for i, g in enumerate(members)]
-
-    def make(index: int, listener: Listener) -> CoreReplica:
-        return config_replica(configs[index], index, listener)
-
-    return FleetReplicas(make, len(members), tuple(g.capacity_weight() for g in members))
-
-
-def config_replica(config: Any, index: int, listener: Listener) -> CoreReplica:
-    """A replica of one look-alike engine config (VllmServeConfig or LlamaServerConfig), built
-    as the engine builds itself; vLLM keys its prefix blocks with SIM_HASH_ALGO."""
-    from fake_engines.vllm.config import VllmServeConfig
-
-    queue = getattr(listener, "queue", None)
-    if isinstance(config, VllmServeConfig):
-        from fake_engines.vllm import engine as vllm
-
-        config = dataclasses.replace(config, prefix_caching_hash_algo=SIM_HASH_ALGO)
-        sized = vllm.size_engine(config)
-        step_time = vllm.step_time_fn(config, sized)
-        core: Any = vllm.build_scheduler(config, sized)
-    else:
-        from fake_engines.llamacpp import engine as llama
-        from fake_engines.llamacpp.model import load_model
-
-        model = load_model(config.model)
-        step_time = llama.step_time_fn(llama.size_engine(config, model))
-        core = llama.build_scheduler(config, model)
-    return CoreReplica(index, core, step_time, listener, queue=queue, decode_run_time=stepwise_run_time(step_time))

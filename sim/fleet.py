@@ -82,7 +82,9 @@ class FleetSim:
     autoscaler: SimAutoscaler | None = None
     """None: a fixed fleet of `num_replicas`; else it starts with them and scales."""
     weights: Sequence[float] = ()
-    """Capacity weight of replica i (`BackendView.weight`) for i < len(weights); 1 for the rest."""
+    """Capacity weight of replica i (`BackendView.weight`) for i < len(weights); `default_weight` for the rest."""
+    default_weight: float = 1.0
+    """Weight of the replicas past `weights`: those an autoscaler adds."""
     queue: EventQueue = field(default_factory=EventQueue)
 
     def __post_init__(self) -> None:
@@ -197,7 +199,7 @@ class FleetSim:
         replica, ledger = self.replicas[i], self.ledgers[i]
         m = replica.metrics() if not self.scrape_interval_s else ledger.scraped
         return BackendView(
-            index=i, url=f"sim://{i}", weight=self.weights[i] if i < len(self.weights) else 1.0,
+            index=i, url=f"sim://{i}", weight=self.weights[i] if i < len(self.weights) else self.default_weight,
             in_flight=ledger.in_flight, in_flight_tokens=ledger.in_flight_tokens,
             prefill_tokens=ledger.prefill_tokens, cache_capacity_tokens=replica.cache_capacity_tokens,
             num_requests_running=m.num_requests_running if m else None,

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from loadgen.results import RunResult, Slo
 from loadgen.trace import TraceRequest
 from policies.routing.registry import create_policy
-from policies.scaling import create_policy as create_scaling_policy
-from sim.autoscale import SimAutoscaler
-from sim.build import EngineSpec, FleetReplicas, cold_start_s, job_factory, replica_factory
-from sim.fleet import FleetSim
+from sim.build import EngineSpec, FleetReplicas, engine_replicas, job_factory, simulated_autoscaler
+from sim.fleet import FleetSim, Replica
+from sim.replicas import Listener
 
 Workload = Callable[[], Iterable[TraceRequest]]
 
@@ -25,21 +25,27 @@ def simulate(workload: Workload, spec: EngineSpec, replicas: int, policy: str, s
     With `fleet` (unlike replicas, e.g. a fleet file's) the replicas are those instead of
     `replicas` copies of `spec`.
 
-    With `autoscale` (a scaling policy spec) the fleet starts with `replicas` and scales; new
-    replicas become ready `cold_start` seconds after launch (default: the perf model's cold
-    start for the engine's model)."""
-    scaler = None
-    if autoscale:
-        start_s = cold_start if cold_start is not None else cold_start_s(spec)
-        scaler = SimAutoscaler(create_scaling_policy(autoscale), cold_start_s=start_s)
-    make_replica = fleet.make_replica if fleet else replica_factory(spec, seed)
-    sim = FleetSim(make_replica=make_replica, num_replicas=fleet.count if fleet else replicas,
-                   policy=create_policy(policy, rng=random.Random(seed)), make_job=job_factory(spec),
-                   scrape_interval_s=scrape_interval_s, slo=slo, autoscaler=scaler,
-                   weights=fleet.weights if fleet else ())
-    result = sim.run(workload(), label=policy if not autoscale else f"{policy} + {autoscale}")
-    result.meta.update({"engine": spec.kind, "model": spec.model, "gpu": spec.gpu, "seed": seed,
-                        "scrape_interval_s": scrape_interval_s})
+    With `autoscale` (a scaling policy spec) the fleet starts with its replicas and scales (a fleet
+    file's scaled group only, between its min and max); new replicas become ready `cold_start`
+    seconds after launch (default: the perf model's cold start for the engine's model).
+    `meta.engines` lists every replica the run built, with its resolved engine config."""
+    members = fleet or engine_replicas(spec, replicas, seed)
+    scaler = simulated_autoscaler(members, autoscale, cold_start, spec) if autoscale else None
+    built: list[dict[str, Any]] = []
+
+    def make_replica(index: int, listener: Listener) -> Replica:
+        built.append(members.describe(index))
+        return members.make_replica(index, listener)
+
+    sim = FleetSim(make_replica=make_replica, num_replicas=members.count,
+                   policy=create_policy(policy, rng=random.Random(seed)),
+                   make_job=job_factory(spec if fleet is None else None),
+                   scrape_interval_s=scrape_interval_s, slo=slo, autoscaler=scaler, weights=members.weights,
+                   default_weight=members.scaled_weight)
+    label = policy if not autoscale else f"{policy} + {autoscale}"
+    result = sim.run(workload(), label=label)
+    engine = {"engine": spec.kind, "model": spec.model, "gpu": spec.gpu} if fleet is None else {"engine": "fleet"}
+    result.meta.update({**engine, "seed": seed, "scrape_interval_s": scrape_interval_s, "engines": built})
     return result
 
 

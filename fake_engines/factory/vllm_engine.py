@@ -118,8 +118,10 @@ def context_length(model: ModelSpec) -> int:
 def _max_model_len(config: VllmServeConfig, model: ModelSpec, blocks: int) -> int:
     if config.max_model_len is None:
         return context_length(model)
-    if config.max_model_len == AUTO_MAX_MODEL_LEN:  # vLLM's auto-fit: the whole context if it fits
-        return max(1, min(context_length(model), blocks * config.resolved_block_size))
+    if config.max_model_len == AUTO_MAX_MODEL_LEN:
+        # vLLM's auto-fit: the whole context if it fits, else what the cache holds, less the null
+        # block (vLLM counts it, and a request of exactly that length would then wait forever)
+        return max(1, min(context_length(model), (blocks - 1) * config.resolved_block_size))
     return config.max_model_len
 
 

@@ -8,7 +8,7 @@ from flotilla.testing.compare import Comparison, Row, compare_policies, run_metr
 from flotilla.testing.live import LiveFleet
 from flotilla.testing.scaling import EXAMPLE_18_RATE, compare_scaling
 from flotilla.testing.simulated import SimFleet
-from flotilla.testing.spec import FleetSpec, FleetSpecError, load_fleet_spec
+from flotilla.testing.spec import FleetSpec, FleetSpecError, load_fleet, load_fleet_spec
 from flotilla.testing.workload import ReplayOptions, load_workload
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "SimFleet",
     "compare_policies",
     "compare_scaling",
+    "load_fleet",
     "load_fleet_spec",
     "load_workload",
     "run_metrics",

@@ -153,7 +153,8 @@ async def compare_policies(factory: FleetFactory, policies: Sequence[str], workl
                            **options: Any) -> Comparison:
     """Run `workload` through a fresh fleet per policy, on identical arrivals.
 
-    `options` mix fleet settings (engines, flavor, model, gpu, time_scale, engine_options, ...)
+    `options` mix fleet settings (engines, flavor, model, gpu, time_scale, engine_options, ..., or
+    `fleet=` a `flotilla up` fleet file)
     and replay options (max_requests, duration_s, slo, endpoint, ...); `seed` seeds both the
     fleet and a synthetic workload. Each fleet is closed once its replay is done."""
     fleet_settings, replay_settings = _split(options)
@@ -172,7 +173,7 @@ async def compare_policies(factory: FleetFactory, policies: Sequence[str], workl
 
 
 def _split(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    fleet_names = {f.name for f in dataclasses.fields(FleetSpec)}
+    fleet_names = {f.name for f in dataclasses.fields(FleetSpec)} | {"fleet"}
     replay_names = {f.name for f in dataclasses.fields(ReplayOptions)}
     if "policy" in options:
         raise TypeError("compare_policies takes the policies as a list; do not pass policy=")

@@ -1,83 +1,70 @@
-"""One engine config per replica of a `FleetSpec`, shared by the live and the simulated fleet.
+"""A `FleetSpec` as the fleet model: one engine group whose flags say everything about its engines.
 
-The simulated replica is built from the very config the live server would start with (same
-KV-cache sizing, batch limits, seed and step-time model), so a live run and a simulated run of
-one spec differ only in the clock.
+Live and simulated fleets build every replica from that group's command line through the engine
+factory, exactly as `flotilla up` and `flotilla sim --fleet` do, so a live run and a simulated run
+of one spec differ only in the clock, and `meta.engines` shows each replica's resolved config.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
-from fake_engines.llamacpp.config import LlamaServerConfig
-from fake_engines.perf.batch import StepBatch
-from fake_engines.vllm.config import VllmServeConfig
+from fake_engines.factory import EngineFlagError, LlamaServerConfig, VllmServeConfig, option_flags
+from flotilla.fleet import EngineGroup, Fleet
 from flotilla.testing.spec import FleetSpec, FleetSpecError
 from sim.fleet import ReplicaFactory
-from sim.replicas import CoreReplica, Listener, stepwise_run_time
 
-VLLM_DEFAULTS: dict[str, Any] = {"max_model_len": 32768, "enable_prompt_tokens_details": True}
-"""Room for agent-sized prompts, and cached tokens in usage so prefix hits are measured."""
-LLAMACPP_DEFAULTS: dict[str, Any] = {"n_ctx": 65536, "metrics": True}
-"""Room for several agent-sized prompts over the slots, and /metrics for the proxy's scrapes."""
-
-
-def vllm_config(spec: FleetSpec, index: int) -> VllmServeConfig:
-    """`fake-vllm serve` settings of replica `index`."""
-    fixed = {"model": spec.model, "served_model_name": spec.served_model, "gpu": spec.gpu, "port": 0,
-             "time_scale": spec.time_scale, "seed": spec.seed + index}
-    return VllmServeConfig(**_merge(VllmServeConfig, fixed, VLLM_DEFAULTS, spec.engine_options))
+VLLM_DEFAULTS: dict[str, Any] = {"enable_prompt_tokens_details": True}
+"""Cached tokens in usage, so prefix hits are measured (the default fleet file sets it too)."""
+LLAMACPP_DEFAULTS: dict[str, Any] = {"n_ctx": 65536}
+"""Room for several agent-sized prompts over the slots (llama-server's own default is 4,096)."""
+SPEC_FIELDS = {"model", "served_model_name", "alias", "gpu", "host", "port", "time_scale", "seed"}
+"""Engine config fields a FleetSpec sets from its own settings."""
 
 
-def llama_config(spec: FleetSpec, index: int) -> LlamaServerConfig:
-    """`fake-llama-server` settings of replica `index`."""
-    fixed = {"model": f"{spec.model}-{spec.quant}.gguf", "alias": spec.served_model, "gpu": spec.gpu,
-             "port": 0, "time_scale": spec.time_scale, "seed": spec.seed + index}
-    return LlamaServerConfig(**_merge(LlamaServerConfig, fixed, LLAMACPP_DEFAULTS, spec.engine_options))
+def spec_group(spec: FleetSpec) -> EngineGroup:
+    """The spec's one engine group: `engines` replicas, each started with the spec's flags."""
+    defaults = VLLM_DEFAULTS if spec.flavor == "vllm" else LLAMACPP_DEFAULTS
+    return EngineGroup(flavor=spec.flavor, model=spec.model, gpu=spec.gpu, name=spec.flavor, quant=spec.quant,
+                       replicas=spec.engines, min_replicas=spec.engines, max_replicas=spec.engines,
+                       time_scale=spec.time_scale,
+                       args=tuple(_flags(spec.flavor, {**defaults, "seed": spec.seed}, spec.engine_options)))
 
 
-def _merge(config_cls: type, fixed: dict[str, Any], defaults: dict[str, Any],
-           options: Any) -> dict[str, Any]:
-    known = {f.name for f in dataclasses.fields(config_cls)}
+def _flags(flavor: str, defaults: Mapping[str, Any], options: Mapping[str, Any]) -> list[str]:
     for name in options:
-        if name not in known:
-            raise FleetSpecError(f"engine_options.{name}", options[name],
-                                 f"not a {config_cls.__name__} field; known: {sorted(known)}")
-        if name in fixed:
+        if name in SPEC_FIELDS:
             raise FleetSpecError(f"engine_options.{name}", options[name], "set it as a fleet setting instead")
-    return {**defaults, **options, **fixed}
+    try:
+        return option_flags(flavor, {**defaults, **options})
+    except EngineFlagError as exc:
+        name = str(exc).partition(":")[0]
+        raise FleetSpecError(f"engine_options.{name}", options.get(name), str(exc)) from None
 
 
-def sim_replica_factory(spec: FleetSpec) -> ReplicaFactory:
+def spec_fleet(spec: FleetSpec) -> Fleet:
+    """The fleet a FleetSpec describes: its group behind the router, no autoscaler."""
+    return Fleet(engines=(spec_group(spec),), policy=spec.policy, scrape_interval_s=spec.scrape_interval_s,
+                 seed=spec.seed)
+
+
+def vllm_config(spec: FleetSpec, index: int = 0) -> VllmServeConfig:
+    """`fake-vllm serve` settings of replica `index` (every replica of the group has the same)."""
+    config = spec_group(spec).engine_config()
+    assert isinstance(config, VllmServeConfig), "a vllm spec"
+    return config
+
+
+def llama_config(spec: FleetSpec, index: int = 0) -> LlamaServerConfig:
+    """`fake-llama-server` settings of replica `index` (every replica of the group has the same)."""
+    config = spec_group(spec).engine_config()
+    assert isinstance(config, LlamaServerConfig), "a llamacpp spec"
+    return config
+
+
+def sim_replica_factory(spec: FleetSpec | Fleet) -> ReplicaFactory:
     """Replicas for `sim.fleet.FleetSim`: the real core and step-time model of each live engine."""
+    from sim.build import fleet_replicas
 
-    def make(index: int, listener: Listener) -> CoreReplica:
-        if spec.flavor == "vllm":
-            return _vllm_replica(vllm_config(spec, index), index, listener)
-        return _llama_replica(llama_config(spec, index), index, listener)
-
-    return make
-
-
-def _vllm_replica(config: VllmServeConfig, index: int, listener: Listener) -> CoreReplica:
-    from fake_engines.vllm import engine
-
-    sized = engine.size_engine(config)
-    return _replica(index, engine.build_scheduler(config, sized), engine.step_time_fn(config, sized), listener)
-
-
-def _llama_replica(config: LlamaServerConfig, index: int, listener: Listener) -> CoreReplica:
-    from fake_engines.llamacpp import engine
-    from fake_engines.llamacpp.model import load_model
-
-    model = load_model(config.model)
-    sized = engine.size_engine(config, model)
-    return _replica(index, engine.build_scheduler(config, model), engine.step_time_fn(sized), listener)
-
-
-def _replica(index: int, core: Any, step_time: Callable[[StepBatch], float], listener: Listener) -> CoreReplica:
-    # decode runs need the fleet's event queue, to land mid-run reads on the right instant
-    return CoreReplica(index, core, step_time, listener, queue=getattr(listener, "queue", None),
-                       decode_run_time=stepwise_run_time(step_time))
+    return fleet_replicas(spec if isinstance(spec, Fleet) else spec_fleet(spec)).make_replica

@@ -14,9 +14,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from flotilla.testing.engines import llama_config, vllm_config
+from flotilla.fleet import EngineGroup, Fleet
 from flotilla.testing.simulated import fleet_meta
-from flotilla.testing.spec import FleetSpec
+from flotilla.testing.spec import FleetSpec, FleetSpecError
 from flotilla.testing.workload import ReplayOptions, Workload, load_workload
 from loadgen.results import RequestRecord, RunResult, Slo
 from loadgen.runner import OpenLoopRunner, RunnerConfig
@@ -33,8 +33,10 @@ HEALTH_INTERVAL_WALL_S = 0.5
 class LiveFleet:
     """Running engines and the proxy in front of them; `close()` stops them all."""
 
-    spec: FleetSpec
-    """The fleet."""
+    fleet: Fleet
+    """The fleet model it runs: every group's `replicas`, no autoscaler."""
+    spec: FleetSpec | None = None
+    """The keywords it was built from; None for a fleet file's fleet."""
     engines: list[Any] = field(default_factory=list)
     """RunningVllm or RunningLlama servers, in backend order."""
     proxy: Any = None
@@ -43,18 +45,27 @@ class LiveFleet:
     """Where results come from: `live` here, `sim` for `SimFleet`."""
 
     @classmethod
-    async def start(cls, spec: FleetSpec) -> LiveFleet:
-        """Start every engine (no cold start), wait until they serve, then the proxy."""
-        fleet = cls(spec)
+    async def start(cls, spec: FleetSpec | Fleet) -> LiveFleet:
+        """Start every engine (no cold start) in the order `flotilla up`'s proxy lists them, wait
+        until they serve, then the proxy."""
+        fleet = cls(spec if isinstance(spec, Fleet) else spec.fleet(), spec if isinstance(spec, FleetSpec) else None)
+        if len({g.time_scale for g in fleet.fleet.engines}) > 1:
+            raise FleetSpecError("time_scale", [g.time_scale for g in fleet.fleet.engines],
+                                 "a live fleet runs its engine groups at one time scale")
         try:
-            for index in range(spec.engines):
-                fleet.engines.append(await _start_engine(spec, index))
+            for group in fleet.fleet.started():
+                fleet.engines.append(await _start_engine(group))
             await asyncio.gather(*(e.wait_ready() for e in fleet.engines))
-            fleet.proxy = await _start_proxy(spec, fleet.engine_urls)
+            fleet.proxy = await _start_proxy(fleet.fleet, fleet.engine_urls)
         except BaseException:
             await fleet.close()
             raise
         return fleet
+
+    @property
+    def time_scale(self) -> float:
+        """Wall seconds per modelled second of every engine."""
+        return self.fleet.time_scale
 
     @property
     def url(self) -> str:
@@ -70,18 +81,19 @@ class LiveFleet:
         """Replay `workload` through the proxy; latencies in modelled seconds, backends by index."""
         opts = ReplayOptions.from_kwargs(**options)
         requests = load_workload(workload, opts)
-        label = opts.label or self.spec.policy
-        cfg = RunnerConfig(target_url=self.url, model=self.spec.served_model, speedup=1 / self.spec.time_scale,
+        label = opts.label or self.fleet.policy
+        cfg = RunnerConfig(target_url=self.url, model=self.fleet.engines[0].served_model, speedup=1 / self.time_scale,
                            endpoint=opts.endpoint, request_timeout_s=opts.request_timeout_s,
                            show_progress=False)
         wall = await OpenLoopRunner(cfg).run(requests)
         index = {url: str(i) for i, url in enumerate(self.engine_urls)}
-        records = [to_modelled(r, self.spec.time_scale, index) for r in wall.requests]
-        slo = opts.slo if isinstance(opts.slo, Slo) else None
-        meta = {**fleet_meta(self.spec, "live", label), "time_scale": self.spec.time_scale, "target": self.url,
-                "e2e_max_s": max((r.e2e_s for r in records if r.e2e_s is not None), default=None)}
+        records = [to_modelled(r, self.time_scale, index) for r in wall.requests]
+        slo = opts.slo if isinstance(opts.slo, Slo) else self.fleet.slo
+        meta = {**fleet_meta(self.fleet, "live", label), "time_scale": self.time_scale, "target": self.url,
+                "e2e_max_s": max((r.e2e_s for r in records if r.e2e_s is not None), default=None),
+                "engines": [_describe(g, e) for g, e in zip(self.fleet.started(), self.engines, strict=True)]}
         return RunResult(summary=summarize(records, slo), requests=records, meta=meta,
-                         replicas=[(0.0, self.spec.engines)])
+                         replicas=[(0.0, len(self.engines))])
 
     async def close(self) -> None:
         """Stop the proxy, then the engines; safe to call twice."""
@@ -99,25 +111,36 @@ def to_modelled(rec: RequestRecord, time_scale: float, backend_index: dict[str, 
     return dataclasses.replace(scaled_record(rec, time_scale), backend=backend_index.get(rec.backend or "", rec.backend))
 
 
-async def _start_engine(spec: FleetSpec, index: int) -> Any:
-    if spec.flavor == "vllm":
+async def _start_engine(group: EngineGroup) -> Any:
+    """One replica of `group`, from the config its command line gives (the engine factory reads
+    it), listening on a free port."""
+    config = group.engine_config(port=0)
+    if group.flavor == "vllm":
         from fake_engines.vllm.server import start_vllm
 
-        return await start_vllm(vllm_config(spec, index), cold_start=False)
+        return await start_vllm(config, cold_start=False)  # type: ignore[arg-type]
     from fake_engines.llamacpp.server import start_llama
 
-    return await start_llama(llama_config(spec, index), cold_start=False)
+    return await start_llama(config, cold_start=False)  # type: ignore[arg-type]
 
 
-async def _start_proxy(spec: FleetSpec, urls: list[str]) -> Any:
+def _describe(group: EngineGroup, engine: Any) -> dict[str, Any]:
+    """A running engine as `meta.engines` lists it, from the config it runs with (the simulator
+    lists its replicas alike)."""
+    from fake_engines.factory import build_engine
+
+    return {"group": group.name, "flavor": group.flavor, "config": build_engine(engine.server.config).describe()}
+
+
+async def _start_proxy(fleet: Fleet, urls: list[str]) -> Any:
     import random
 
     from proxy.app import start_proxy
     from proxy.config import BackendSpec, HealthConfig, ProxyConfig
 
-    scrape_s = spec.scrape_interval_s * spec.time_scale if spec.scrape_interval_s else LIVE_SCRAPE_WALL_S
-    config = ProxyConfig(port=0, policy=spec.policy, scrape_interval_s=scrape_s,
-                         health=HealthConfig(interval_s=HEALTH_INTERVAL_WALL_S),
-                         backends=[BackendSpec(url=u, flavor=spec.flavor, models=(spec.served_model,))
-                                   for u in urls])
-    return await start_proxy(config, rng=random.Random(spec.seed))
+    scrape_s = fleet.scrape_interval_s * fleet.time_scale if fleet.scrape_interval_s else LIVE_SCRAPE_WALL_S
+    backends = [BackendSpec(url=u, flavor=g.flavor, models=(g.served_model,), weight=g.capacity_weight())
+                for u, g in zip(urls, fleet.started(), strict=True)]
+    config = ProxyConfig(port=0, policy=fleet.policy, scrape_interval_s=scrape_s,
+                         health=HealthConfig(interval_s=HEALTH_INTERVAL_WALL_S), backends=backends)
+    return await start_proxy(config, rng=random.Random(fleet.seed))

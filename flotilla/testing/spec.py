@@ -1,7 +1,10 @@
 """What a test fleet is: engines, model, GPU, routing policy and time scale, from YAML or keywords.
 
-The same `FleetSpec` starts a live fleet (look-alike engines behind the proxy on loopback ports)
-or a simulated one, so one test can run against either and compare the results.
+A `FleetSpec` is a thin constructor of the fleet model (`flotilla.fleet.Fleet`, `spec.fleet()`):
+one engine group of `engines` replicas whose flags carry the model, GPU, seed and
+`engine_options`. The same fleet starts live (look-alike engines behind the proxy on loopback
+ports) or simulated, so one test can run against either and compare the results. A fleet file
+of `flotilla up` (`fleet="fleet.yaml"`, see `load_fleet`) runs the same way.
 
     engines: 4
     flavor: vllm            # vllm | llamacpp
@@ -23,7 +26,11 @@ from typing import Any
 
 import yaml
 
+from flotilla.fleet import Fleet, fleet_from_mapping, load_fleet_file
+
 FLAVORS = ("vllm", "llamacpp")
+FLEET_OVERRIDES = ("policy", "seed", "time_scale", "scrape_interval_s")
+"""FleetSpec settings that also apply to a fleet file's fleet (`load_fleet`)."""
 
 
 class FleetSpecError(ValueError):
@@ -51,7 +58,7 @@ class FleetSpec:
     time_scale: float = 0.05
     """Live only: wall seconds per modelled second (0.05 runs 20x faster than real time)."""
     seed: int = 0
-    """Seeds the policy's random choices and each engine (engine i gets seed + i)."""
+    """Seeds the policy's random choices and every engine (`--seed`), as `flotilla up` seeds a group."""
     scrape_interval_s: float | None = None
     """Modelled seconds between engine-metric scrapes; None: the simulator's policies see exact
     engine state and the live proxy scrapes every `LIVE_SCRAPE_WALL_S`."""
@@ -86,6 +93,12 @@ class FleetSpec:
         """The model name clients send and /v1/models lists."""
         return self.model
 
+    def fleet(self) -> Fleet:
+        """This spec as the fleet model: one group of `engines` replicas, no autoscaler."""
+        from flotilla.testing.engines import spec_fleet
+
+        return spec_fleet(self)
+
 
 def load_fleet_spec(source: str | Path | Mapping[str, Any] | FleetSpec | None = None,
                     **overrides: Any) -> FleetSpec:
@@ -119,3 +132,26 @@ def _is_file(source: str | Path) -> bool:
         return True
     one_line = "\n" not in source
     return one_line and (source.endswith((".yaml", ".yml")) or Path(source).is_file())
+
+
+def load_fleet(fleet: str | Path | Mapping[str, Any] | Fleet, **overrides: Any) -> Fleet:
+    """A fleet from a `flotilla up` fleet file (path or YAML text), its parsed mapping or a
+    `Fleet`, with `policy`, `seed`, `time_scale` (every group's) or `scrape_interval_s` laid over.
+    The file is checked as `flotilla up` checks it (flotilla.errors.ConfigError)."""
+    if isinstance(fleet, Fleet):
+        base = fleet
+    elif isinstance(fleet, Mapping):
+        base = fleet_from_mapping(dict(fleet))
+    elif _is_file(fleet):
+        base = load_fleet_file(fleet)
+    else:
+        base = fleet_from_mapping(yaml.safe_load(str(fleet)) or {})
+    if unknown := sorted(set(overrides) - set(FLEET_OVERRIDES)):
+        raise FleetSpecError(unknown[0], overrides[unknown[0]],
+                             f"set it in the fleet file; a fleet file takes only {', '.join(FLEET_OVERRIDES)}")
+    if "time_scale" in overrides:
+        if not overrides["time_scale"] > 0:
+            raise FleetSpecError("time_scale", overrides["time_scale"], "must be > 0")
+        engines = tuple(dataclasses.replace(g, time_scale=overrides["time_scale"]) for g in base.engines)
+        base = dataclasses.replace(base, engines=engines)
+    return dataclasses.replace(base, **{k: v for k, v in overrides.items() if k != "time_scale"})

@@ -34,7 +34,9 @@ def test_a_bad_engine_flag_value_is_an_error_naming_it(capsys: pytest.CaptureFix
     argv = ["sim", "--trace", EXAMPLE9, "--replicas", "2", "--prefix-caching-hash-algo", "md5"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "prefix_caching_hash_algo='md5'" in err and "sha256, builtin" in err and "Traceback" not in err
+    # the engine's own parser reads the flag, as fake-vllm serve would
+    assert "--prefix-caching-hash-algo" in err and "'md5'" in err and "'sha256', 'builtin'" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
 
 
 def test_engine_flags_take_the_engines_long_spellings_and_prefix_caching_can_be_switched_off(
@@ -135,9 +137,25 @@ def test_a_fleet_file_runs_its_own_unlike_engines_weighed_and_routed_as_flotilla
     assert served[0] < min(served[1:])  # the RTX 4090 llama-server, listed first, takes the least
 
 
-def test_a_fleet_file_with_autoscale_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["sim", "--fleet", str(REPO / "proxy" / "fleet.default.yaml"), "--synthetic", "poisson:rate=1,duration=1",
-            "--autoscale", "seed"]
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert "--fleet" in err and "--autoscale" in err and "Traceback" not in err
+def _fleet_runs(capsys: pytest.CaptureFixture[str], *extra: str, load: str = "poisson:rate=12,duration=240") -> list:
+    argv = ["sim", "--fleet", str(REPO / "proxy" / "fleet.default.yaml"), "--synthetic", f"{load},input=512,output=64",
+            "--json", *extra]
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)["runs"]
+
+
+def test_a_fleet_file_scales_its_scaled_group_with_its_own_autoscaler_within_min_and_max(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    (run,) = _fleet_runs(capsys)
+    meta = run["meta"]
+    assert run["meta"]["label"] == "prefix-capacity + cold-start-aware:capacity_rps=1"  # the file's two policies
+    assert meta["autoscale"] == "cold-start-aware" and meta["replicas_launched"] > 3
+    groups = [e["group"] for e in meta["engines"]]
+    assert groups[:3] == ["llama", "vllm", "vllm"] and set(groups[3:]) == {"vllm"}  # only the vllm group scales
+    assert meta["peak_ready_replicas"] <= 1 + 4  # the llama-server, and the vllm group's max
+
+
+def test_policy_and_autoscale_flags_override_the_fleet_files(capsys: pytest.CaptureFixture[str]) -> None:
+    (run,) = _fleet_runs(capsys, "--policy", "round-robin", "--autoscale", "seed:capacity_rps=1",
+                         load="poisson:rate=1,duration=20")
+    assert run["meta"]["label"] == "round-robin + seed:capacity_rps=1" and run["meta"]["autoscale"] == "seed"

@@ -31,10 +31,13 @@ def test_vllm_command_carries_model_gpu_layout_and_time_scale() -> None:
 
 
 def test_llama_server_command_names_the_gguf_by_quant_and_serves_the_model_name() -> None:
-    fleet = parse_up_fleet("engines:\n  - {flavor: llamacpp, model: llama-3.1-8b, quant: Q8_0, parallel: 2}\n")
+    fleet = parse_up_fleet("engines:\n  - {flavor: llamacpp, model: llama-3.1-8b, quant: Q8_0, parallel: 2,"
+                           " ctx_size: 32768}\n  - {flavor: llamacpp, model: llama-3.1-8b}\n")
     joined = " ".join(fleet.engines[0].command(port=9002))
     for part in ("-m llama-3.1-8b-Q8_0.gguf", "-a llama-3.1-8b", "-np 2", "-c 32768", "--metrics"):
         assert part in joined
+    defaults = fleet.engines[1].command(port=9003)  # unset keys leave llama-server's own defaults
+    assert "-c" not in defaults and "-np" not in defaults and "-ngl" not in defaults
 
 
 def test_replicas_default_the_ceiling_and_min_and_max_read_from_the_short_keys() -> None:
@@ -106,6 +109,14 @@ def test_each_group_is_weighed_by_its_modelled_capacity_unless_its_weight_is_giv
     ("engines:\n  - {flavor: llamacpp, model: llama-3.1-8b, quant: Q9}\n", "engines[0].quant"),
     (ENGINE + "proxy: {policy: no-such-policy}\n", "proxy.policy"),
     (ENGINE + "proxy: {policy: 'round-robin:colour=red'}\n", "proxy.policy"),
+    ("engines:\n  - {flavor: vllm, model: llama-3.2-1b, args: [--max-num-seqs, many]}\n", "engines[0].args"),
+    ("engines:\n  - {flavor: llamacpp, model: llama-3.2-1b, args: [--colour, red]}\n", "engines[0].args"),
+    ("engines:\n  - {flavor: vllm, model: llama-3.2-1b, args: [--max-num-seqs, '0']}\n", "engines[0].args"),
+    (ENGINE + "proxy: {colour: red}\n", "proxy.colour"),
+    (ENGINE + "proxy: {scrape_interval_s: 0}\n", "proxy.scrape_interval_s"),
+    (ENGINE + "slo: {ttft_s: 0}\n", "slo.ttft_s"),
+    (ENGINE + "slo: {ttft: 1}\n", "slo.ttft"),
+    (ENGINE + "slo: 5\n", "slo"),
     ("- just a list\n", "fleet"),
     ("engines: [\n", "fleet"),
 ])
@@ -155,3 +166,16 @@ def test_yaml_syntax_errors_and_missing_files_name_the_file(tmp_path: Path) -> N
         load_up_fleet(path)
     with pytest.raises(ConfigError, match=r"absent\.yaml: cannot read: No such file or directory"):
         load_up_fleet(tmp_path / "absent.yaml")
+
+
+def test_slo_and_scrape_interval_and_a_seed_flag_are_part_of_the_fleet() -> None:
+    fleet = parse_up_fleet("engines:\n  - {flavor: vllm, model: llama-3.2-1b, args: [--seed, '7']}\n"
+                           "proxy: {scrape_interval_s: 0.5}\nslo: {ttft_s: 2, tpot_s: 0.1}\n")
+    assert (fleet.slo.ttft_s, fleet.slo.tpot_s, fleet.slo.e2e_s) == (2.0, 0.1, None)
+    assert fleet.scrape_interval_s == 0.5 and fleet.engines[0].engine_config().seed == 7  # later flags win
+
+
+def test_a_bad_engine_flag_is_named_by_the_engines_own_parser() -> None:
+    with pytest.raises(ConfigError, match=r"engines\[0\]\.args=\['--max-num-seqs', 'many'\]: .*--max-num-seqs: "
+                                          r"invalid int value: 'many'"):
+        parse_up_fleet("engines:\n  - {flavor: vllm, model: llama-3.2-1b, args: [--max-num-seqs, many]}\n")

@@ -27,7 +27,8 @@ def _workload(n: int, seed: int = 3) -> list[TraceRequest]:
 
 def _run(decode_runs: bool, policy: str, blocks: int | None, scrape_s: float | None,
          llamacpp: dict | None = None) -> tuple:
-    spec = EngineSpec(kind="vllm", scheduler={"block_size": 16, "max_num_seqs": 12},
+    # max_model_len auto: what the small caches hold (vLLM refuses a default 128K context there)
+    spec = EngineSpec(kind="vllm", scheduler={"block_size": 16, "max_num_seqs": 12, "max_model_len": -1},
                       num_gpu_blocks_override=blocks)
     if llamacpp is not None:
         spec = EngineSpec(kind="llamacpp", gpu="rtx4090", scheduler=llamacpp)
@@ -77,20 +78,22 @@ def test_llamacpp_decode_runs_reproduce_step_by_step_records_slots_and_counters(
     assert fast_stats == slow_stats  # slot states included: caches, last use, task ids
     assert fast_events < slow_events
 
-def test_builtin_block_hash_default_gives_the_same_run_as_sha256() -> None:
-    # the simulator keys blocks with the builtin hash; hits, evictions and preemptions must not move
+def test_the_builtin_block_hash_gives_the_same_run_as_the_engines_sha256_default() -> None:
+    # the simulator keys blocks as the engine does (sha256) unless told builtin, which is faster;
+    # hits, evictions and preemptions must not move
     def run(algo: str | None) -> tuple:
-        flags = {"block_size": 16, "max_num_seqs": 12} | ({"prefix_caching_hash_algo": algo} if algo else {})
+        flags = {"block_size": 16, "max_num_seqs": 12, "max_model_len": -1}
+        flags |= {"prefix_caching_hash_algo": algo} if algo else {}
         spec = EngineSpec(kind="vllm", scheduler=flags, num_gpu_blocks_override=200)
         sim = FleetSim(make_replica=replica_factory(spec), num_replicas=3, make_job=job_factory(spec),
                        policy=create_policy("prefix-aware", rng=random.Random(0)))
         result = sim.run(_workload(240), label=algo or "default")
-        assert {r.core.config.prefix_caching_hash_algo for r in sim.replicas} == {algo or "builtin"}
+        assert {r.core.config.prefix_caching_hash_algo for r in sim.replicas} == {algo or "sha256"}
         return ([(r.index, r.backend, r.ttft_s, r.e2e_s, r.cached_tokens) for r in result.requests],
                 [r.core.stats() for r in sim.replicas])
 
-    default, sha256 = run(None), run("sha256")
-    assert default == sha256
+    default, builtin = run(None), run("builtin")
+    assert default == builtin
     assert sum(r[4] for r in default[0]) > 0 and sum(s.num_preemptions for s in default[1]) > 0
 
 
@@ -119,7 +122,7 @@ def test_a_request_the_engine_refuses_fails_with_a_400_and_the_others_run_on_unc
 def test_views_carry_the_proxys_token_reservations_and_the_engines_cache_capacity() -> None:
     # least-load on in_flight_tokens: one long request on replica 0, then two short ones, all at
     # once; both short ones go to replica 1 only if the reservation (prompt + max tokens) is seen
-    spec = EngineSpec(kind="vllm", scheduler={"block_size": 16}, num_gpu_blocks_override=5000)
+    spec = EngineSpec(kind="vllm", scheduler={"block_size": 16, "max_model_len": -1}, num_gpu_blocks_override=5000)
     policy = create_policy("least-load:signal=in_flight_tokens", rng=random.Random(0))
     seen = []
     select = policy.select
@@ -142,7 +145,7 @@ def test_the_policys_predicted_cache_hits_are_set_against_the_engines(blocks: in
     workload = list(synthetic_requests("agents:sessions=8,turns=4,system=2000,output=32,think=2,stagger=0.2", seed=0))
 
     def run(policy: str) -> dict:
-        spec = EngineSpec(kind="vllm", num_gpu_blocks_override=blocks)
+        spec = EngineSpec(kind="vllm", num_gpu_blocks_override=blocks, scheduler={"max_model_len": -1})
         sim = FleetSim(make_replica=replica_factory(spec), num_replicas=2, make_job=job_factory(spec),
                        policy=create_policy(policy, rng=random.Random(0)))
         return sim.run(workload, label=policy).meta

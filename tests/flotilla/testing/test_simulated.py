@@ -37,19 +37,19 @@ async def test_an_unknown_policy_or_a_model_that_does_not_fit_fails_at_start():
 
 @pytest.mark.parametrize("flavor", ["vllm", "llamacpp"])
 async def test_decode_runs_leave_the_simulated_fleets_results_as_step_by_step(flavor: str, monkeypatch):
-    from flotilla.testing import engines
+    from sim import build
 
     spec = FleetSpec(engines=2, flavor=flavor, policy="least-outstanding", seed=3,
                      gpu="h100" if flavor == "vllm" else "rtx4090")
     fast = await (await SimFleet.start(spec)).replay(WORKLOAD, seed=4)
-    make = engines._replica
+    make = build.engine_replica
 
     def stepping(*args, **kwargs):
         replica = make(*args, **kwargs)
         replica.runs = False
         return replica
 
-    monkeypatch.setattr(engines, "_replica", stepping)
+    monkeypatch.setattr(build, "engine_replica", stepping)
     slow = await (await SimFleet.start(spec)).replay(WORKLOAD, seed=4)
     assert fast.meta.pop("events") < slow.meta.pop("events")
     assert fast.to_json() == slow.to_json()
