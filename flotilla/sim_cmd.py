@@ -74,6 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--autoscale", action="append", default=[], metavar="SPEC",
                    help="scaling policy NAME[:key=value,...] (seed, target-tracking, kpa, cold-start-aware); "
                         "the fleet starts with --replicas and scales; repeat to compare")
+    p.add_argument("--no-autoscale", action="store_true",
+                   help="with --fleet: keep the fleet at its starting size, without the file's autoscaler")
     p.add_argument("--cold-start", type=float, metavar="S",
                    help="seconds from launching a replica to its first request (default: startup 20 s + "
                         "weights at 3 GB/s + warm-up 40 s, the seed's Example 17)")
@@ -138,7 +140,9 @@ def _settings(args: argparse.Namespace, fleet) -> dict:  # type: ignore[no-untyp
     from proxy.autoscale.config import AutoscaleConfig
 
     scaling = args.autoscale
-    if not scaling and fleet is not None and fleet.autoscaler is not None:
+    if args.no_autoscale and scaling:
+        raise ValueError("--no-autoscale and --autoscale: choose one")
+    if not scaling and not args.no_autoscale and fleet is not None and fleet.autoscaler is not None:
         scaling = [fleet.autoscaler.policy or AutoscaleConfig.policy]
     return {"policies": args.policy or ([fleet.policy] if fleet else ["round-robin"]), "autoscale": scaling,
             "slo": parse_slo(args.slo) if args.slo else (fleet.slo if fleet else None),

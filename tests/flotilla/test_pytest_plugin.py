@@ -34,3 +34,38 @@ async def test_a_fleet_yaml_file_with_keyword_overrides_configures_a_simulated_f
         3, "least-outstanding", {"max_num_seqs": 2})
     assert result.meta["policy"] == "least-outstanding"
     assert set(result.summary.requests_per_backend) == {"0", "1", "2"}
+
+
+FLEET_FILE = """engines:
+  - {name: big, flavor: vllm, model: llama-3.2-1b, gpu: h100, replicas: 2, time_scale: 0.05}
+  - {name: small, flavor: llamacpp, model: llama-3.2-1b, gpu: rtx4090, parallel: 2, time_scale: 0.05}
+proxy: {policy: round-robin}
+slo: {e2e_s: 100}
+"""
+
+
+async def test_a_flotilla_up_fleet_file_runs_live_and_simulated_with_the_same_engines(tmp_path):
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FLEET_FILE)
+    workload = "poisson:rate=4,duration=2,input=32,output=4"
+    async with fleets("sim") as simulated, fleets("live") as live:
+        sim_fleet = await simulated(fleet=path, policy="least-outstanding")
+        live_fleet = await live(fleet=str(path), policy="least-outstanding")
+        sim_result = await sim_fleet.replay(workload, seed=1)
+        live_result = await live_fleet.replay(workload, seed=1)
+    # the proxy's order: fixed groups in file order; every replica's engine config as it resolves
+    assert [e["group"] for e in sim_result.meta["engines"]] == ["big", "big", "small"]
+    assert sim_result.meta["engines"] == live_result.meta["engines"]
+    assert sim_result.meta["policy"] == live_result.meta["policy"] == "least-outstanding"
+    assert sim_result.summary.goodput_per_s is not None  # judged by the file's slo
+    assert sim_fleet.spec is None and sim_fleet.fleet.engines[1].parallel == 2
+
+
+async def test_fleetspec_only_settings_are_refused_with_a_fleet_file(tmp_path):
+    from flotilla.testing import FleetSpecError
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FLEET_FILE)
+    async with fleets("sim") as factory:
+        with pytest.raises(FleetSpecError, match="engines"):
+            await factory(fleet=path, engines=4)

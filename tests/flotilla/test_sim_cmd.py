@@ -159,3 +159,9 @@ def test_policy_and_autoscale_flags_override_the_fleet_files(capsys: pytest.Capt
     (run,) = _fleet_runs(capsys, "--policy", "round-robin", "--autoscale", "seed:capacity_rps=1",
                          load="poisson:rate=1,duration=20")
     assert run["meta"]["label"] == "round-robin + seed:capacity_rps=1" and run["meta"]["autoscale"] == "seed"
+
+
+def test_no_autoscale_keeps_a_fleet_file_at_its_starting_size(capsys: pytest.CaptureFixture[str]) -> None:
+    (run,) = _fleet_runs(capsys, "--no-autoscale")
+    assert run["meta"]["label"] == "prefix-capacity" and "autoscale" not in run["meta"]
+    assert run["meta"]["replicas_launched"] == 3
