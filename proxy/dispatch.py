@@ -47,9 +47,15 @@ from proxy.metrics import RouterMetrics
 from proxy.pool import Backend, BackendPool, Reservation
 from proxy.retry import is_retryable_status, parse_retry_after_s, wait_before_retry_s
 from proxy.router import Router
+from proxy.server import cut_by_shutdown
 from proxy.usage import usage_from_json, usage_from_sse_tail
 
 MAX_ERROR_BODY_BYTES = 64 * 1024
+CLIENT_GONE_STATUS = 499
+"""The status label of an answer whose client went away before its end (nginx's code)."""
+SHUTDOWN_CUT_STATUS = 503
+"""The status label of an answer the proxy's shutdown cut: what the client was told (a final
+error event with code 503, or a 503)."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,15 @@ class RetryableAnswer:
     headers: dict[str, str]
     body: bytes
     backend: Backend
+
+
+def unfinished_status(result: RelayResult) -> int:
+    """The status label of an answer that did not reach its end, by whose doing (pure)."""
+    if result.client_gone:
+        return CLIENT_GONE_STATUS
+    if result.cut_by_shutdown:
+        return SHUTDOWN_CUT_STATUS
+    return 502  # the backend broke off
 
 
 class Dispatcher:
@@ -187,7 +202,8 @@ class Dispatcher:
                      start: float, deadline: float) -> web.StreamResponse:
         headers = self._response_headers(upstream, backend, decision, request_id, fwd.debug)
         if is_small_whole_body(upstream):
-            whole = await self._answer_whole(fwd, upstream, backend, decision, reservation, headers, start, deadline)
+            whole = await self._answer_whole(request, fwd, upstream, backend, decision, reservation, headers, start,
+                                             deadline)
             self._client_ended(request, await send_whole(request, whole, self.config.timeouts))
             return whole
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
@@ -207,7 +223,7 @@ class Dispatcher:
             result.client_gone = True
             return response
         except asyncio.CancelledError:
-            result.client_gone = True
+            self._cancelled(request, result)
             raise
         finally:
             # Closing (not releasing) an unfinished response drops the connection, which is how
@@ -224,9 +240,17 @@ class Dispatcher:
         if result.client_gone:
             self.metrics.client_disconnects.inc()
 
-    async def _answer_whole(self, fwd: Forward, upstream: aiohttp.ClientResponse, backend: Backend,
-                            decision: Decision, reservation: Reservation, headers: CIMultiDict[str],
-                            start: float, deadline: float) -> web.Response:
+    @staticmethod
+    def _cancelled(request: web.Request, result: RelayResult) -> None:
+        """The handler was cancelled: shutdown cut it, or else its client went away."""
+        if cut_by_shutdown(request):
+            result.cut_by_shutdown = True
+        else:
+            result.client_gone = True
+
+    async def _answer_whole(self, request: web.Request, fwd: Forward, upstream: aiohttp.ClientResponse,
+                            backend: Backend, decision: Decision, reservation: Reservation,
+                            headers: CIMultiDict[str], start: float, deadline: float) -> web.Response:
         result = RelayResult(completed=False)
         try:
             result = await read_whole(upstream, self.config.timeouts, deadline)
@@ -234,6 +258,9 @@ class Dispatcher:
                 raise ProxyError(502, f"The backend failed mid-response: {result.error}.",
                                  headers={"x-flotilla-backend": backend.url})
             return web.Response(status=upstream.status, reason=upstream.reason, headers=headers, body=result.body)
+        except asyncio.CancelledError:
+            self._cancelled(request, result)
+            raise
         finally:
             upstream.release() if result.completed else upstream.close()
             self.pool.release(reservation)
@@ -244,7 +271,7 @@ class Dispatcher:
         """Account one relayed answer: metrics, the backend's circuit, usage."""
         loop = asyncio.get_running_loop()
         model = self.pool.model_label(fwd.info.model)
-        status = upstream.status if result.completed else (499 if result.client_gone else 502)
+        status = upstream.status if result.completed else unfinished_status(result)
         ttft_s = result.first_byte_at_s - start if result.first_byte_at_s is not None else None
         self.metrics.request_done(model, backend.url, status, loop.time() - start, ttft_s)
         if result.error is not None:

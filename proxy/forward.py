@@ -52,6 +52,8 @@ class RelayResult:
     completed: bool
     """The backend's body was copied to the end."""
     client_gone: bool = False
+    cut_by_shutdown: bool = False
+    """The proxy's shutdown cut it at the end of the grace (not the client's doing nor the backend's)."""
     client_stalled: bool = False
     """The client stopped taking the response for `client_write_s` (its connection is dropped)."""
     error: str | None = None

@@ -260,6 +260,13 @@ class ProxyRunner(web.AppRunner):
         await super().cleanup()
 
 
+def cut_by_shutdown(request: BaseRequest) -> bool:
+    """Shutdown cut this request at the end of the grace (its handler's cancellation is not its
+    client leaving: the client gets a last word, a final error event or a 503)."""
+    protocol = request.protocol
+    return isinstance(protocol, GuardedRequestHandler) and protocol.cut_by_shutdown
+
+
 async def _remember_prepared(request: BaseRequest, response: web.StreamResponse) -> None:
     if isinstance(request.protocol, GuardedRequestHandler):
         request.protocol.prepared = (request, response)
@@ -273,9 +280,10 @@ async def cut_middleware(request: web.Request,
     try:
         return await handler(request)
     except asyncio.CancelledError:
-        protocol = request.protocol
-        if not isinstance(protocol, GuardedRequestHandler) or not protocol.cut_by_shutdown:
+        if not cut_by_shutdown(request):
             raise
+        protocol = request.protocol
+        assert isinstance(protocol, GuardedRequestHandler)  # cut_by_shutdown says so
         prepared = protocol.prepared[1] if protocol.prepared and protocol.prepared[0] is request else None
         if prepared is None:  # nothing went out yet: a whole answer
             task = asyncio.current_task()

@@ -13,8 +13,11 @@ import time
 import aiohttp
 import pytest
 
+from proxy.dispatch import unfinished_status
+from proxy.forward import RelayResult
 from proxy.limits import LimitsConfig
 from tests.conftest import REPO
+from tests.fake_engines.scrape import value
 from tests.waiting import wait_until
 
 BODY = {"model": "tiny-llama", "prompt": "hi", "max_tokens": 8, "stream": True}
@@ -109,3 +112,30 @@ async def test_a_request_not_answered_by_the_end_of_the_grace_gets_503(fake_back
             assert resp.status == 503
             error = (await resp.json())["error"]
     assert error["type"] == "unavailable_error" and "shut down" in error["message"]
+
+
+async def test_a_stream_cut_by_shutdown_is_counted_as_503_and_a_client_that_left_as_499(fake_backend, proxy_for):
+    backend = await fake_backend("endless", chunks=2000, chunk_delay_s=0.02)
+    p = await proxy_for([backend], limits=LimitsConfig(shutdown_grace_s=0.5))
+    metrics = p.proxy.metrics
+    async with aiohttp.ClientSession() as s:
+        async with s.post(p.url + "/v1/completions", json=BODY) as resp:
+            await resp.content.readany()
+        # that client left mid-stream: a disconnect, 499
+        await wait_until(lambda: metrics.client_disconnects._value.get() == 1, what="the disconnect counted")
+        async with s.post(p.url + "/v1/completions", json=BODY) as resp:
+            await resp.content.readany()
+            closing = asyncio.ensure_future(p.close())
+            rest = await resp.content.read()  # to the end the proxy gives the stream
+            await closing
+    assert b'"code":503' in rest.replace(b" ", b"")  # the cut stream's last word
+    text = metrics.exposition().decode()
+    assert value(text, "flotilla_requests_total", status="499") == 1
+    assert value(text, "flotilla_requests_total", status="503") == 1  # not a second client disconnect
+    assert value(text, "flotilla_client_disconnects_total") == 1
+
+
+def test_an_unfinished_answer_is_labelled_by_whose_doing_it_was():
+    assert unfinished_status(RelayResult(completed=False, client_gone=True)) == 499
+    assert unfinished_status(RelayResult(completed=False, cut_by_shutdown=True)) == 503
+    assert unfinished_status(RelayResult(completed=False, error="the backend closed the connection")) == 502
