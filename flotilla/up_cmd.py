@@ -50,11 +50,11 @@ def _fail(message: str, status: int = 2) -> int:
     return status
 
 
-def _load(args: argparse.Namespace):  # -> UpFleet, imported lazily
+def _load(args: argparse.Namespace):  # -> flotilla.fleet.Fleet, imported lazily
+    from flotilla.fleet import load_fleet_file
     from proxy.config import ConfigError
-    from flotilla.fleet import load_fleet_file as load_up_fleet
 
-    fleet = load_up_fleet(args.fleet)
+    fleet = load_fleet_file(args.fleet)
     if args.time_scale is not None:
         if not args.time_scale > 0:
             raise ConfigError("--time-scale", args.time_scale, "must be > 0")

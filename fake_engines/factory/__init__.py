@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any, NoReturn
 
+import numpy as np
+import numpy.typing as npt
+
 from fake_engines.core import LlamaCppScheduler, VllmScheduler
 from fake_engines.factory import llamacpp_config, llamacpp_engine, vllm_config, vllm_engine
 from fake_engines.factory.gguf import GgufModel, ModelFileError, load_model
@@ -145,7 +148,7 @@ class BuiltEngine:
     """KV blocks, layout, cold start: what sizing found."""
     step_time: Callable[[StepBatch], float]
     """Modelled seconds of one step."""
-    decode_run_time: Callable[[StepBatch, int, int], Sequence[float]] | None = None
+    decode_run_time: Callable[[StepBatch, int, int], Sequence[float] | npt.NDArray[np.float64]] | None = None
     """Step times of a run of identical decode steps, vectorised; None: ask `step_time` per step."""
     gguf: GgufModel | None = None
     """llama.cpp: what -m loaded."""
@@ -167,6 +170,7 @@ class BuiltEngine:
         in `meta.engines`: every config field but the listener's (host, port, api_key), plus what
         sizing decided. JSON-safe."""
         fields = {k: v for k, v in dataclasses.asdict(self.config).items() if k not in LISTENER_FIELDS}
+        sized: dict[str, float]
         if isinstance(self.config, VllmServeConfig):
             assert isinstance(self.spec, vllm_engine.VllmEngineSpec)
             fields["block_size"] = self.config.resolved_block_size

@@ -78,6 +78,8 @@ def step_time_fn(spec: LlamaEngineSpec) -> Callable[[StepBatch], float]:
     weight_bytes = spec.model.bits_per_weight / 8
 
     def seconds(batch: StepBatch) -> float:
-        return step_time.step_time_s(spec.model.spec, spec.gpu, batch, spec.layout, link, weight_bytes)
+        # a GGUF's bytes per weight are fractional (4.85 bits for Q4_K_M); the perf model only multiplies by them
+        return step_time.step_time_s(spec.model.spec, spec.gpu, batch, spec.layout, link,
+                                     weight_bytes)  # type: ignore[arg-type]
 
     return seconds

@@ -68,6 +68,11 @@ class VllmServer:
         return f"req-{self.next_id}"
 
     @property
+    def max_model_len(self) -> int:
+        """Longest prompt + output, as the engine resolved it (the model's context by default)."""
+        return self.spec.max_model_len
+
+    @property
     def driver(self) -> LiveDriver:
         """The first engine's driver (the only one without -dp)."""
         return self.engines[0].driver
@@ -89,10 +94,11 @@ def build_server(config: VllmServeConfig) -> VllmServer:
     """Size the engine through the engine factory (ModelDoesNotFit propagates) and wire cores,
     drivers and metrics; the server keeps the resolved config (max_model_len, batch limits filled)."""
     built = build_engine(config)
-    config, spec = built.config, built.spec
-    assert isinstance(config, VllmServeConfig) and isinstance(spec, engine.VllmEngineSpec)
+    resolved, spec = built.config, built.spec
+    assert isinstance(resolved, VllmServeConfig) and isinstance(spec, engine.VllmEngineSpec)
+    config = resolved
     ranks = tuple(str(rank) for rank in range(config.data_parallel_size))
-    metrics = VllmMetrics(config.model_name, config.max_model_len or spec.max_model_len,
+    metrics = VllmMetrics(config.model_name, spec.max_model_len,
                           engine.cache_config_labels(config, spec),
                           max_loras=config.max_loras if config.enable_lora else None, engines=ranks)
     units = []
@@ -196,7 +202,7 @@ async def models(request: web.Request) -> web.Response:
     """The served model, then one card per LoRA adapter."""
     server = request.app[SERVER_KEY]
     name = server.config.model_name
-    cards = [model_card(name, server.config.model, None, server.config.max_model_len, server.created)]
+    cards = [model_card(name, server.config.model, None, server.max_model_len, server.created)]
     cards += [model_card(lora, path, name, None, server.created) for lora, path in server.loras.items()]
     return json_body({"object": "list", "data": cards})
 
@@ -221,7 +227,7 @@ async def tokenize(request: web.Request) -> web.Response:
         raise validation_error("missing", "body.prompt", "Field required", body)
     tokens = encode(text)
     strs = [decode([t]) for t in tokens] if body.get("return_token_strs") else None
-    return json_body({"count": len(tokens), "max_model_len": server.config.max_model_len, "tokens": tokens,
+    return json_body({"count": len(tokens), "max_model_len": server.max_model_len, "tokens": tokens,
                       "token_strs": strs})
 
 

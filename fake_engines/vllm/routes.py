@@ -94,12 +94,12 @@ def parse_generation(server: VllmServer, body: dict, chat: bool) -> GenerationRe
     options = body.get("stream_options") or {}
     model, lora = _resolve_model(server, body)
     prompts = _chat_prompt_ids(body) if chat else _completion_prompt_ids(body)
-    errors.check_max_tokens(max_tokens, server.config.max_model_len)
+    errors.check_max_tokens(max_tokens, server.max_model_len)
     errors.check_temperature(temperature)
     if n < 1:
         raise errors.bad_request(f"n must be at least 1, got {n}.", "n", n)
     for ids in prompts:
-        errors.check_context(len(ids), max_tokens, server.config.max_model_len)
+        errors.check_context(len(ids), max_tokens, server.max_model_len)
     return GenerationRequest(chat=chat, model=model, lora=lora, prompts=prompts, n=n, max_tokens_param=max_tokens,
                              stream=stream, include_usage=_option(options, "include_usage"),
                              continuous_usage=_option(options, "include_usage")
@@ -125,7 +125,7 @@ def _option(options: object, name: str) -> bool:
 def _budget(server: VllmServer, req: GenerationRequest, prompt: list[int]) -> int:
     if req.max_tokens_param is not None:
         return req.max_tokens_param
-    room = server.config.max_model_len - len(prompt)
+    room = server.max_model_len - len(prompt)
     return room if req.chat else min(COMPLETIONS_DEFAULT_MAX_TOKENS, room)
 
 

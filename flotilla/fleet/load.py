@@ -7,6 +7,7 @@ error names `fleet.yaml:LINE:COLUMN`. See docs/fleet-file.md.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 import math
 from collections.abc import Mapping
@@ -111,7 +112,7 @@ def _typed(where: str, key: str, value: object, kind: type) -> Any:
 
 def _engine(data: object, index: int) -> EngineGroup:
     where = f"engines[{index}]"
-    raw = _fields(set(EngineGroup.__dataclass_fields__), data, where)
+    raw = _fields({f.name for f in dataclasses.fields(EngineGroup)}, data, where)
     for key in ("flavor", "model"):
         if key not in raw:
             raise ConfigError(f"{where}.{key}", None, "is required")
@@ -181,7 +182,7 @@ def _slo(data: object) -> Slo | None:
 
 
 def _section(cls: type, data: object, where: str, kinds: Mapping[str, type]) -> Any:
-    raw = _fields(set(cls.__dataclass_fields__), data or {}, where)
+    raw = _fields({f.name for f in dataclasses.fields(cls)}, data or {}, where)
     section = cls(**{k: _typed(where, k, v, kinds.get(k, object)) for k, v in raw.items()})
     section.check(where)
     return section
