@@ -26,7 +26,7 @@ import pytest
 try:
     import pytest_asyncio
 except ImportError:  # the fixtures then explain what is missing instead of breaking collection
-    pytest_asyncio = None
+    pytest_asyncio = None  # type: ignore[assignment]
 
 FleetFactory = Callable[..., Awaitable[Any]]
 

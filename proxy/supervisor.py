@@ -64,6 +64,12 @@ class Member:
     log_path: Path
     """Its stdout and stderr."""
 
+    @property
+    def url(self) -> str:
+        """Where it answers: a local process always has a URL once started."""
+        assert self.handle.url is not None
+        return self.handle.url
+
     def exit_reason(self) -> str:
         """Why it exited, as its log's last line says (or its exit status)."""
         status = self.actuator.returncode(self.handle.replica_id)
@@ -175,22 +181,23 @@ class Fleet:
         for group in self.spec.engines:
             if group is not scaled:
                 await self._start_group(group, group.replicas)
-        backends = [(m.actuator.flavor, m.handle.url, m.name.split("/")[0]) for m in self.engines]
+        backends = [(m.actuator.flavor, m.url, m.name.split("/")[0]) for m in self.engines]
         config = self.log_dir / "proxy-fleet.yaml"
         config.write_text(yaml.safe_dump(proxy_fleet_file(self.spec, backends, self.log_dir), sort_keys=False))
-        actuator = LocalActuator(proxy_command(config, self.instance), flavor="openai",
-                                 log_dir=self.log_dir / "proxy")
+        logs = self.log_dir / "proxy"
+        actuator = LocalActuator(proxy_command(config, self.instance), flavor="openai", log_dir=logs)
         handle = await _start_on_port(actuator, port or local.free_port())
-        self.members.append(Member("proxy", handle, actuator, actuator.log_dir / f"{handle.replica_id}.log"))
-        self.proxy_url = handle.url
+        member = Member("proxy", handle, actuator, logs / f"{handle.replica_id}.log")
+        self.members.append(member)
+        self.proxy_url = member.url
 
     async def _start_group(self, group: EngineGroup, replicas: int) -> None:
-        actuator = LocalActuator(without_address(group.command(port=0)), flavor=group.flavor,
-                                 log_dir=self.log_dir / group.name)
+        logs = self.log_dir / group.name
+        actuator = LocalActuator(without_address(group.command(port=0)), flavor=group.flavor, log_dir=logs)
         for _ in range(replicas):
             handle = await actuator.start_replica()
             self.members.append(Member(f"{group.name}/{handle.replica_id}", handle, actuator,
-                                       actuator.log_dir / f"{handle.replica_id}.log"))
+                                       logs / f"{handle.replica_id}.log"))
 
     @property
     def proxy(self) -> Member | None:
@@ -289,7 +296,9 @@ def _exited(member: Member, when: str) -> str:
 def _autoscaled_exit(fleet: Fleet) -> str | None:
     """A line about a replica the proxy's autoscaler started that exited, from the proxy's log."""
     proxy, group = fleet.proxy, fleet.spec.scaled_group()
-    found = AUTOSCALED_EXIT.search(proxy.log_path.read_text(errors="replace")) if proxy and group else None
+    if proxy is None or group is None:
+        return None
+    found = AUTOSCALED_EXIT.search(proxy.log_path.read_text(errors="replace"))
     if found is None:
         return None
     log = fleet.log_dir / group.name / f"{found.group(1)}.log"

@@ -8,12 +8,13 @@ which shows what stale load signals do to a policy.
 
 from __future__ import annotations
 
+import functools
 import operator
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, overload
 
 from loadgen.results import RequestRecord, RunResult, Slo
 from loadgen.stats import summarize
@@ -231,7 +232,7 @@ class FleetSim:
         for _ in range(launch):
             index = self._add_replica(now_s, ready=False)
             events.append(Event(now_s + self.autoscaler.cold_start_s, Phase.COMPLETION,
-                                lambda t, i=index: self._become_ready(i, t)))
+                                functools.partial(self._become_ready, index)))
         if not self._finished():
             events.append(Event(now_s + self.autoscaler.policy.interval_s, Phase.SCALE, self._scale))
         return events
@@ -340,7 +341,13 @@ class _LazyViews(Sequence[BackendView]):
     def __len__(self) -> int:
         return len(self._ready)
 
-    def __getitem__(self, position):  # type: ignore[override]
+    @overload
+    def __getitem__(self, position: int) -> BackendView: ...
+
+    @overload
+    def __getitem__(self, position: slice) -> list[BackendView]: ...
+
+    def __getitem__(self, position: int | slice) -> BackendView | list[BackendView]:
         if isinstance(position, slice):
             return [self[i] for i in range(len(self._ready))[position]]
         position = range(len(self._ready))[position]  # negative indexes and bounds as a list's

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from fake_engines.core import OutputLengthSampler, SlotState, decode, encode
+from fake_engines.core import LlamaCppScheduler, OutputLengthSampler, SlotState, decode, encode
 from fake_engines.driver.chat import CHATML_TEMPLATE, chat_prompt
 from fake_engines.driver.live import LiveDriver
 from fake_engines.driver.serving import TIME_SCALE_HEADER, json_body
@@ -56,7 +56,9 @@ class LlamaServer:
     @property
     def slot_n_ctx(self) -> int:
         """Context of one slot."""
-        return self.driver.core.config.slot_n_ctx
+        core = self.driver.core
+        assert isinstance(core, LlamaCppScheduler)  # the driver of a llama-server runs slots
+        return core.config.slot_n_ctx
 
 
 SERVER_KEY = web.AppKey("llama_server", LlamaServer)

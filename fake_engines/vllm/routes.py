@@ -193,7 +193,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def _collect(server: VllmServer, req: GenerationRequest, choices: list[Choice]) -> web.Response:
-    texts, ends, cached = {}, {}, 0
+    texts: dict[int, str] = {}
+    ends: dict[int, tuple[str, str | None]] = {}
+    cached = 0
     async for delta in choices_mod.deltas(choices, req.stop):
         texts[delta.index] = texts.get(delta.index, "") + delta.text
         if delta.finish_reason is not None:
