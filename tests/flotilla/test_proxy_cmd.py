@@ -10,6 +10,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from tests.processes import kill_if_running, terminate
 from tests.proxy.conftest import FakeBackend, Knobs
 
 
@@ -26,12 +27,9 @@ async def test_flotilla_proxy_serves_and_stops_cleanly_on_sigterm() -> None:
         async with aiohttp.ClientSession() as s:
             async with s.post(url + "/v1/completions", json={"model": "tiny-llama", "prompt": "x"}) as r:
                 assert r.status == 200 and r.headers["x-flotilla-backend"] == backend.url
-        proc.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(proc.wait(), 30) == 0
+        assert await terminate(proc, 30) == 0
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await kill_if_running(proc)
         await backend.stop()
 
 
@@ -51,9 +49,7 @@ async def test_sigterm_lets_a_stream_in_flight_finish() -> None:
         assert b"slow-0" in first and b"slow-4" in rest and rest.endswith(b"data: [DONE]\n\n")
         assert await asyncio.wait_for(proc.wait(), 30) == 0
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await kill_if_running(proc)
         await backend.stop()
 
 
@@ -140,9 +136,6 @@ async def test_the_instance_id_comes_back_on_the_proxys_own_routes() -> None:
             for path in ("/health", "/metrics", "/ready", "/no-such-route"):
                 async with s.get(url + path) as r:
                     assert r.headers.get("x-flotilla-instance") == "run-42", (path, r.status)
-        proc.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(proc.wait(), 30) == 0
+        assert await terminate(proc, 30) == 0
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await kill_if_running(proc)

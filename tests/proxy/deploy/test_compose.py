@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from aiohttp import web
 
 from proxy.deploy.compose import compose_document, escape, render_compose
 from proxy.deploy.fleet import load
+from tests.processes import kill_if_running, terminate
 from tests.proxy.autoscale.test_docker import FakeDocker
 from tests.waiting import wait_until
 
@@ -74,12 +74,9 @@ async def test_the_generated_proxy_starts_the_autoscaled_engines_as_containers(d
         names = sorted(c[2]["name"] for c in creates)
         assert backends == {"http://llama-0:8080": ("file", "llamacpp"),
                             **{f"http://{n}:8000": ("autoscaler", "vllm") for n in names}}
-        proc.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(proc.wait(), 60) == 0
+        assert await terminate(proc, 60) == 0
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await kill_if_running(proc)
     assert fake.state == {}  # the proxy stopped and removed every container it started
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ import yaml
 from proxy.config import ConfigError
 from proxy.deploy.fleet import load
 from proxy.deploy.kubernetes import manifests, proxy_fleet, render_manifests
+from tests.processes import kill_if_running, terminate
 from tests.proxy.kube_api import FakeApiServer, endpoint, endpoint_slice, serve
 from tests.waiting import wait_until
 
@@ -82,12 +82,9 @@ async def test_the_generated_proxy_finds_engines_through_endpoint_slices(api, tm
             await wait_until(lambda: _same(session, url, want), what="the terminated llama pod out of the pool")
         watched = {c[2]["labelSelector"] for c in fake.calls if c[2].get("watch") == "true"}
         assert watched == {"kubernetes.io/service-name=llama", "kubernetes.io/service-name=vllm"}
-        proc.send_signal(signal.SIGTERM)
-        assert await asyncio.wait_for(proc.wait(), 60) == 0
+        assert await terminate(proc, 60) == 0
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await kill_if_running(proc)
     assert fake.replicas == 2  # the two vLLM pods found running were the autoscaler's floor: nothing scaled
 
 
