@@ -72,6 +72,8 @@ class DockerActuator(Actuator):
         self._session = session
         self._own_session = session is None
         self._started: list[str] = []
+        self._stopping: set[str] = set()
+        """Replicas being stopped here: their exit is no surprise to report."""
         self._template: dict | None = None
 
     @property
@@ -152,9 +154,13 @@ class DockerActuator(Actuator):
         return f"http://127.0.0.1:{published[0]['HostPort']}"
 
     async def stop_replica(self, replica_id: str, grace_s: float = 10.0) -> None:
-        await self._call("POST", f"/containers/{replica_id}/stop", params={"t": str(int(grace_s))},
-                         ok=(204, 304, 404))
-        await self._call("DELETE", f"/containers/{replica_id}", params={"force": "true"}, ok=(204, 404))
+        self._stopping.add(replica_id)
+        try:
+            await self._call("POST", f"/containers/{replica_id}/stop", params={"t": str(int(grace_s))},
+                             ok=(204, 304, 404))
+            await self._call("DELETE", f"/containers/{replica_id}", params={"force": "true"}, ok=(204, 404))
+        finally:
+            self._stopping.discard(replica_id)
         if replica_id in self._started:
             self._started.remove(replica_id)
 
@@ -170,7 +176,8 @@ class DockerActuator(Actuator):
         # status=dead with a 500, and the managed containers are few.
         listed = await self._call("GET", "/containers/json", params={
             "all": "true", "filters": json.dumps({"label": [f"{MANAGED_LABEL}={self.settings.fleet}"]})})
-        return [c["Id"] for c in listed or () if c["Id"] in self._started and c.get("State") in ("exited", "dead")]
+        return [c["Id"] for c in listed or () if c["Id"] in self._started and c["Id"] not in self._stopping
+                and c.get("State") in ("exited", "dead")]
 
 
 def _message(text: str) -> str:

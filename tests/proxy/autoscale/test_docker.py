@@ -4,6 +4,7 @@ the Docker Engine API (v1.43) documents."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ class FakeDocker:
     calls: list[tuple[str, str, dict, object]] = field(default_factory=list)
     created: dict[str, dict] = field(default_factory=dict)
     state: dict[str, str] = field(default_factory=dict)
+    removing: asyncio.Event | None = None
+    """When set, a remove waits for it: a stop caught between the container's exit and its removal."""
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -73,6 +76,8 @@ class FakeDocker:
 
     async def remove(self, request: web.Request) -> web.Response:
         await self.record(request)
+        if self.removing is not None:
+            await self.removing.wait()
         self.state.pop(request.match_info["id"], None)
         return web.Response(status=204)
 
@@ -185,6 +190,23 @@ async def test_a_container_that_exited_is_reported_and_shutdown_removes_every_co
     assert fake.calls[-1][2] == {"all": "true", "filters": json.dumps({"label": [f"{MANAGED_LABEL}=vllm"]})}
     await actuator.shutdown()
     assert fake.state == {}
+
+
+async def test_a_replica_being_stopped_is_not_reported_as_exited_on_its_own(docker):
+    # The autoscaler's reconcile would stop it a second time, racing the removal (podman answers 500).
+    fake, socket_path = docker
+    actuator = DockerActuator(DockerSettings(socket_path=socket_path, image="flotilla:latest", fleet="vllm"))
+    await actuator.start_replica()
+    fake.removing = asyncio.Event()
+    stopping = asyncio.create_task(actuator.stop_replica(ID))
+    while fake.calls[-1][0] != "DELETE":
+        await asyncio.sleep(0.01)
+    assert fake.state[ID] == "exited"
+    assert await actuator.exited() == []
+    fake.removing.set()
+    await stopping
+    assert fake.state == {}
+    await actuator.shutdown()
 
 
 async def test_an_api_error_names_the_call_and_the_engine_message(docker):
