@@ -110,6 +110,13 @@ DASHBOARDS: dict[str, list[tuple[str, str, list[tuple[str, str]]]]] = {
 }
 
 
+def expressions() -> list[tuple[str, str, str]]:
+    """(dashboard, panel title, PromQL) of every panel target: what a live Prometheus must answer
+    with data (tests/deploy/test_prometheus_live.py, tests/compose/run.py)."""
+    return [(board, title, expr) for board, panels in DASHBOARDS.items()
+            for title, _unit, targets in panels for _legend, expr in targets]
+
+
 def panel(i: int, title: str, unit: str, targets: list[tuple[str, str]]) -> dict[str, object]:
     return {
         "id": i + 1,

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 import yaml
 
-from deploy.grafana.build_dashboards import DASHBOARDS
+from deploy.grafana.build_dashboards import expressions
 from proxy.autoscale.local import free_port
 from proxy.supervisor import poll_status
 
@@ -31,8 +31,7 @@ proxy: {policy: round-robin}
 """
 # The vLLM replicas are started by the autoscaler inside the proxy, so its metrics have data.
 AUTOSCALER = "autoscaler: {policy: 'cold-start-aware:capacity_rps=2', engines: vllm, interval_s: 1}\n"
-EXPRESSIONS = [(board, title, expr) for board, panels in DASHBOARDS.items()
-               for title, _unit, targets in panels for _legend, expr in targets]
+EXPRESSIONS = expressions()
 METRIC = re.compile(r"\b((?:vllm|llamacpp):[a-z_:]+|flotilla_[a-z_]+)")
 
 
