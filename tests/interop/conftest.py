@@ -29,14 +29,28 @@ HERE = Path(__file__).resolve().parent
 ENABLE_VAR = "FLOTILLA_INTEROP"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "needs_vllm: an interop test that runs real vLLM (about a minute to "
+                                       "start); `-m 'interop and not needs_vllm'` runs the llama-server part")
+
+
+def needs_vllm(item: pytest.Item) -> bool:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return "vllm_pair" in getattr(item, "fixturenames", ()) or bool(
+        {"vllm", "mixed", "vllm_pair"} & {v for v in params.values() if isinstance(v, str)})
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test of this folder `interop`; skip them all unless FLOTILLA_INTEROP=1."""
+    """Mark every test of this folder `interop` (and `needs_vllm` where it runs vLLM); skip them
+    all unless FLOTILLA_INTEROP=1."""
     mine = [item for item in items if HERE in Path(str(item.fspath)).resolve().parents]
     skip = None if os.environ.get(ENABLE_VAR) == "1" else pytest.mark.skip(
         reason=f"interop suite against real engines: run `make interop` (sets {ENABLE_VAR}=1; builds or "
                "reuses llama-server and vLLM for CPU under ~/.cache/flotilla/interop)")
     for item in mine:
         item.add_marker(pytest.mark.interop)
+        if needs_vllm(item):
+            item.add_marker(pytest.mark.needs_vllm)
         if skip is not None:
             item.add_marker(skip)
 

@@ -231,3 +231,12 @@ def vllm_engine(cache: InteropCache, name: str, log_dir: Path, *, adapter: str |
            "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     return Engine(name=name, flavor="vllm", argv=argv, log_dir=log_dir, env=env)
+
+
+if __name__ == "__main__":  # `python -m tests.interop.engines`: exit 0 when everything is cached
+    import sys
+
+    cache = InteropCache.locate()
+    missing = sorted(set(cache.missing_llama() + cache.missing_vllm()))
+    print(f"interop engines under {cache.root}: " + (f"missing {', '.join(missing)}" if missing else "all cached"))
+    sys.exit(1 if missing else 0)

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import REPO
 from tests.interop.conftest import _start_all
 from tests.interop.engines import MODEL_NAME, Engine
-from tests.interop.wire import parse_samples, sse_events, total
+from tests.interop.wire import event_shape, parse_samples, sse_events, total
 
 OUT = REPO / "bench" / "out" / "interop-fidelity.md"
 N = 8
@@ -65,12 +65,6 @@ class Seen:
     usage: dict | None
 
 
-def event_shape(chunk: dict) -> str:
-    kind = "usage" if not chunk.get("choices") else (
-        "finish" if chunk["choices"][0].get("finish_reason") else "content")
-    return f"{kind}:{','.join(sorted(k for k in chunk if chunk[k] is not None))}"
-
-
 def observe(status: int, content_type: str, raw: bytes) -> Seen:
     if content_type.startswith("text/event-stream"):
         events = sse_events(raw)
@@ -93,7 +87,9 @@ def observe(status: int, content_type: str, raw: bytes) -> Seen:
 
 
 async def run_cases(engine: Engine) -> tuple[dict[str, Seen], dict[str, float]]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
+    # a connection per request: llama-server closes its side after some errors
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300),
+                                     connector=aiohttp.TCPConnector(force_close=True)) as session:
         async def counters() -> dict[str, float]:
             async with session.get(engine.url + "/metrics") as resp:
                 samples = parse_samples(await resp.text())

@@ -42,6 +42,14 @@ class Reply:
         return [json.loads(e) for e in self.events if e != "[DONE]"]
 
 
+def event_shape(chunk: dict) -> str:
+    """`kind:keys` of a stream event: kind is usage (no choice), finish or content; keys are its
+    top-level keys with a value."""
+    kind = "usage" if not chunk.get("choices") else (
+        "finish" if chunk["choices"][0].get("finish_reason") else "content")
+    return f"{kind}:{','.join(sorted(k for k in chunk if chunk[k] is not None))}"
+
+
 def sse_events(raw: bytes) -> list[str]:
     """The data payloads of an event stream, asserting its framing: events separated by a blank
     line, each made of `data: ` lines (comment lines, starting with ':', allowed), LF line ends."""
