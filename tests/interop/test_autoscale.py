@@ -17,9 +17,9 @@ from tests.proxy.autoscale.test_local import wait_members_gone
 from tests.waiting import wait_until
 
 # One decision every 3 s over the last 3 s of arrivals: a request in that window asks for one
-# replica (ceil((1 / 3) / (0.8 x 1))), an empty window for none.
-POLICY = "seed:capacity_rps=1,interval_s=3,scale_down=true"
-STREAM = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "tell a story"}], "max_tokens": 600,
+# replica (ceil((1 / 3) / (0.8 x 1))), an empty window for none; 3 s of cooldown before a scale-down.
+POLICY = "seed:capacity_rps=1,interval_s=3,scale_down=true,scale_down_cooldown_s=3"
+STREAM = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "tell a story"}], "max_tokens": 1500,
           "ignore_eos": True, "stream": True}
 
 
@@ -68,7 +68,12 @@ async def test_scale_from_zero_holds_the_request_until_a_real_llama_server_serve
         assert "llama-server" in cmdline(handle.pid) or not os.path.exists(f"/proc/{handle.pid}")
         # drain before stop: the replica was draining while the stream still ran, its process
         # outlived the stream, and after it the actuator stopped it
-        await wait_until(lambda: not scaler.replicas, 120, what="the fleet back to zero")
+        story = lambda: (f"decisions {[(d.desired, d.reason_label, d.drain) for d in scaler.decisions[-8:]]}, "  # noqa: E731
+                         f"replicas {scaler.replicas}")
+        try:
+            await wait_until(lambda: not scaler.replicas, 120, what="the fleet back to zero")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; {story()}") from None
         assert seen["draining_while_streaming"], "the scale-down drained the replica during the stream"
         assert seen["alive_at_end"], "the replica was not stopped under the stream"
         assert await wait_members_gone(handle.pid) == []
