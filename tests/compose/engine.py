@@ -14,6 +14,7 @@ reuses them and only a fresh machine builds them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -228,9 +229,12 @@ class Engine:
         self._health.start()
 
     def serve_at_normal_priority(self) -> None:
-        """Containers started from now on run at normal priority (they inherit the service's)."""
+        """Containers started from now on run at normal priority: they inherit it from the
+        service's thread that starts them, and Linux keeps a priority per thread."""
         if self.service is not None:
-            os.setpriority(os.PRIO_PROCESS, self.service.pid, 0)
+            for task in Path(f"/proc/{self.service.pid}/task").iterdir():
+                with contextlib.suppress(ProcessLookupError):
+                    os.setpriority(os.PRIO_PROCESS, int(task.name), 0)
 
     def _pings(self) -> bool:
         try:

@@ -242,7 +242,7 @@ async def check_scaling(fleet: Fleet, out: Path) -> Problems:
     burst = asyncio.create_task(loadgen(fleet.exp.proxy_url, out, "--synthetic", BURST, "--seed", "0"))
     timeline: list[tuple[float, int]] = [(0.0, await fleet.replicas())]
     peak_ready = 0
-    while not burst.done() or time.monotonic() - start < 30 and peak_ready <= scaled.min:
+    while not burst.done() or time.monotonic() - start < 60 and peak_ready <= scaled.min:
         count = await fleet.replicas()
         if count != timeline[-1][1]:
             timeline.append((time.monotonic() - start, count))
