@@ -98,12 +98,11 @@ def llama_pair(interop_cache: InteropCache, engine_logs: Path) -> Iterator[list[
 @pytest.fixture(scope="session")
 def vllm_pair(interop_cache: InteropCache, engine_logs: Path) -> Iterator[list[Engine]]:
     """Two real vLLMs serving the tiny model as tiny-llama; vllm-0 also serves LoRA adapter lora-a
-    and publishes its KV-cache events (`kv_events_endpoint`), vllm-1 serves lora-b. Each is bound
-    to its own core."""
+    and publishes its KV-cache events (`kv_events_endpoint`), vllm-1 serves lora-b."""
     _need(interop_cache.missing_vllm(), interop_cache)
-    engines = [vllm_engine(interop_cache, "vllm-0", engine_logs, adapter="lora-a", cpu=0,
+    engines = [vllm_engine(interop_cache, "vllm-0", engine_logs, adapter="lora-a",
                            kv_events=kv_events_endpoint(engine_logs)),
-               vllm_engine(interop_cache, "vllm-1", engine_logs, adapter="lora-b", cpu=1)]
+               vllm_engine(interop_cache, "vllm-1", engine_logs, adapter="lora-b")]
     _start_all(engines)
     yield engines
     for engine in engines:

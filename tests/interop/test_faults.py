@@ -10,7 +10,7 @@ import pytest
 
 from policies.routing.base import BackendState
 from proxy.limits import LimitsConfig
-from tests.interop.engines import Engine, InteropCache, health_status, vllm_engine
+from tests.interop.engines import VLLM_STARTUP_S, Engine, InteropCache, health_status, vllm_engine
 from tests.interop.wire import chat_body, completion_body, post, scrape, total
 from tests.waiting import wait_until
 
@@ -52,8 +52,10 @@ async def serve_while_loading(loading: Engine, ready: Engine, proxy_in_front, cl
     states, replies = set(), []
     with HealthWatch(loading.port) as watch:
         loading.start()
+        deadline = asyncio.get_running_loop().time() + VLLM_STARTUP_S
         while health_status(loading.port) != 200:
             assert loading.alive(), loading.log_tail()
+            assert asyncio.get_running_loop().time() < deadline, f"not up in time:\n{loading.log_tail()}"
             states.add(backend.state)
             reply = await post(client, running.url, "/v1/completions", completion_body(max_tokens=2))
             replies.append((reply.status, reply.backend))
@@ -82,7 +84,7 @@ async def test_a_loading_vllm_refuses_connections_and_stays_starting_until_it_se
         interop_cache: InteropCache, vllm_pair, engine_logs, proxy_in_front, client):
     """vLLM refuses connections for the whole load (tens of seconds), then answers 200: never 503.
     Behind the proxy it stays `starting` throughout, no request fails, no failure is counted."""
-    loading = vllm_engine(interop_cache, "vllm-loading", engine_logs, cpu=1)
+    loading = vllm_engine(interop_cache, "vllm-loading", engine_logs)
     try:
         seen = await serve_while_loading(loading, vllm_pair[0], proxy_in_front, client)
     finally:
