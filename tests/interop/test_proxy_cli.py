@@ -17,7 +17,9 @@ from tests.interop.wire import scrape, total
 from tests.waiting import wait_until
 
 TRACE = DATA / "traces" / "azure_conv.first50rows.csv"
-REPLAYED = 16
+REPLAYED = 12
+"""The trace's first rows; its 14th asks for more context than a llama-server slot has once our
+512-token vocabulary has tokenised loadgen's text (6,704 tokens), a 400 that is no proxy matter."""
 
 
 @pytest.fixture
