@@ -187,12 +187,23 @@ class Fleet:
     async def backends(self, replicas: int | None = None) -> Problems:
         return checks.backend_problems(self.exp, await self.get(f"{self.exp.proxy_url}/metrics"), replicas)
 
-    async def targets(self) -> Problems:
+    async def scrapes(self) -> Problems:
+        """Prometheus scrapes the proxy and every engine running now (the autoscaler may have
+        added replicas: the Docker API says how many), each at least 3 times, all up, with one
+        series per engine of its flavor's metric."""
+        engines = checks.flavor_counts(self.exp, await self.replicas() if self.exp.scaled else None)
+        targets = 1 + sum(engines.values())
         problems = checks.target_problems(self.exp, (await self.get(f"{self.exp.prometheus_url}/api/v1/targets"))["data"],
-                                          sum(checks.flavor_counts(self.exp).values()))
+                                          targets - 1)
+        up = await self.query("up")
+        problems += [f"up{{instance={r['metric'].get('instance')!r}}} is {r['value'][1]}" for r in up
+                     if r["value"][1] != "1"]
         scraped = await self.query("count_over_time(up[1m]) >= 3")
-        if not problems and len(scraped) < 1 + sum(checks.flavor_counts(self.exp).values()):
+        if len(scraped) < targets:
             problems.append(f"targets scraped 3 times: {[r['metric'].get('instance') for r in scraped]}")
+        for flavor, count in engines.items():
+            metric = checks.FLAVOR_METRIC[flavor]
+            problems += checks.series_problems(metric, count, await self.query(metric))
         return problems
 
     async def close(self) -> None:
@@ -219,25 +230,23 @@ async def loadgen(url: str, out: Path, *workload: str) -> Problems:
 
 
 async def check_prometheus(fleet: Fleet) -> Problems:
-    problems = await settle(fleet.targets, 60, poll_s=2)
+    problems = await settle(fleet.scrapes, 90, poll_s=2)
     if problems:
         return problems
-    up = await fleet.query("up")
-    problems += [f"up{{instance={r['metric'].get('instance')!r}}} is {r['value'][1]}" for r in up if r["value"][1] != "1"]
-    for flavor, count in checks.flavor_counts(fleet.exp).items():
-        metric = checks.FLAVOR_METRIC[flavor]
-        problems += checks.series_problems(metric, count, await fleet.query(metric))
     empty = [f"{board} / {title}: {expr}" for board, title, expr in expressions() if not await fleet.query(expr)]
-    problems += [f"dashboard query without data: {e}" for e in empty]
+    up = await fleet.query("up")
     say(f"prometheus: {len(up)} targets up, {len(expressions()) - len(empty)}/{len(expressions())} dashboard queries "
         "return data")
-    return problems
+    return [f"dashboard query without data: {e}" for e in empty]
 
 
 async def check_scaling(fleet: Fleet, out: Path) -> Problems:
     """A burst makes the autoscaler start replicas through the Docker API; after it, they go."""
     scaled = fleet.exp.scaled
     assert scaled is not None
+    calm = await settle(lambda: _at_min(fleet), 120)  # what the replay may have added is gone first
+    if calm:
+        return [f"before the burst: {p}" for p in calm]
     start = time.monotonic()
     burst = asyncio.create_task(loadgen(fleet.exp.proxy_url, out, "--synthetic", BURST, "--seed", "0"))
     timeline: list[tuple[float, int]] = [(0.0, await fleet.replicas())]
@@ -322,7 +331,7 @@ def clean(run: Run) -> None:
 
 def diagnostics(run: Run) -> None:
     """What CI shows when a check fails: the containers and their logs' tails."""
-    print(run.compose("ps", "-a").stdout)
+    print(run.engine.podman("ps", "-a", "--format", "{{.Names}}  {{.Status}}  {{.Networks}}", check=False).stdout)
     print(run.compose("logs", "--no-color", "--tail", "40", timeout_s=120).stdout[-12000:])
 
 
