@@ -27,6 +27,7 @@ import fcntl
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -362,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
             problems = start_and_check(run, scale=not args.no_scale, keep_up=args.keep_up)
         if run is not None and not args.keep_up:
             run.engine.stop()
+            if not problems:  # a failed run keeps its logs (build, fleet, loadgen results) for CI
+                shutil.rmtree(run.logs, ignore_errors=True)
     total = time.monotonic() - started
     phases = ", ".join(f"{n} {t:.0f} s" for n, t in run.phases) if run else ""
     if problems:
@@ -382,7 +385,7 @@ def prepare(args: argparse.Namespace) -> tuple[Problems, Run | None]:
     logs = Path(tempfile.mkdtemp(prefix="compose-test-"))
     engine = Engine(args.cache, log=logs / "engine.log")
     run = Run(engine, args.compose_file, exp, doc.get("name") or "flotilla", logs)
-    say(f"logs in {logs}; services {exp.started}" + "".join(
+    say(f"logs in {logs} (kept if a check fails); services {exp.started}" + "".join(
         f"; {name} not started: {why}" for name, why in exp.not_started.items()))
     with run.phase("engine and base images"):
         engine.install()
