@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from flotilla.errors import ConfigError
 from flotilla.fleet import Fleet, fleet_from_mapping, load_fleet_file
 
 FLAVORS = ("vllm", "llamacpp")
@@ -33,12 +34,9 @@ FLEET_OVERRIDES = ("policy", "seed", "time_scale", "scrape_interval_s")
 """FleetSpec settings that also apply to a fleet file's fleet (`load_fleet`)."""
 
 
-class FleetSpecError(ValueError):
-    """A fleet setting is invalid; `field` names it."""
-
-    def __init__(self, field_name: str, value: object, reason: str) -> None:
-        super().__init__(f"{field_name}={value!r}: {reason}")
-        self.field = field_name
+class FleetSpecError(ConfigError):
+    """A test fleet's setting is invalid; `field` names it. The project's one `ConfigError`, under
+    the name the pytest fixtures have always raised."""
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from fake_engines.llamacpp.config import ServerConfigError
 from fake_engines.vllm.config import ServeConfigError
 from flotilla.errors import ConfigError, FlagError
 from flotilla.plan.fit import PlanError
+from flotilla.testing import FleetSpecError
 from policies.routing import ConfigError as RoutingConfigError
 from policies.scaling.base import ConfigError as ScalingConfigError
 from proxy.autoscale.signals import SignalError
@@ -21,7 +22,8 @@ from proxy.config import ConfigError as ProxyConfigError
 
 def test_every_package_raises_the_one_config_error() -> None:
     assert CoreConfigError is RoutingConfigError is ScalingConfigError is ProxyConfigError is ConfigError
-    for cls in (FaultConfigError, FlagError, PlanError, SignalError, ServeConfigError, ServerConfigError):
+    for cls in (FaultConfigError, FlagError, PlanError, SignalError, ServeConfigError, ServerConfigError,
+                FleetSpecError):
         assert issubclass(cls, ConfigError) and issubclass(cls, ValueError)
 
 
