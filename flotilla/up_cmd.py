@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if port:  # fail before starting anything; the proxy's own bind is checked too
             check_port_free(port)
-    except FleetError as exc:
-        return _fail(str(exc), status=1)
+    except FleetError as exc:  # a setting that cannot be used, like `flotilla proxy`'s: exit 2
+        return _fail(str(exc))
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="flotilla-up-"))
     return asyncio.run(_up(fleet, args, log_dir))
 

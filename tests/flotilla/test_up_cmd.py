@@ -223,7 +223,7 @@ def test_a_taken_port_fails_at_once_naming_it_and_starts_nothing(tmp_path: Path)
         port = taken.getsockname()[1]
         out = subprocess.run([*UP, "--port", str(port), "--log-dir", str(tmp_path / "logs")], capture_output=True,
                              text=True, timeout=60, env=_env(mark))
-    assert out.returncode == 1
+    assert out.returncode == 2
     assert out.stderr == (f"flotilla up: error: port {port} on 127.0.0.1 is in use; choose another with --port "
                           "(--port 0 picks a free one)\n")
     assert not (tmp_path / "logs").exists() and out.stdout == ""
