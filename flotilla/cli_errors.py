@@ -8,14 +8,23 @@ the engines' command lines can use it without pulling in the rest of Flotilla.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import socket
+import sys
 from typing import NoReturn
 
 USAGE_ERROR = 2
 """Exit status of every command-line and configuration error (argparse's own)."""
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def fail(prog: str, message: str, status: int = USAGE_ERROR) -> int:
+    """Print `PROG: error: MESSAGE` as one line on stderr and return the exit status to use."""
+    with contextlib.suppress(OSError):  # a closed terminal must not turn the error into a traceback
+        print(f"{prog}: error: {message}", file=sys.stderr)
+    return status
 
 
 class OneLineParser(argparse.ArgumentParser):

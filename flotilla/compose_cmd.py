@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from flotilla.cli_errors import USAGE_ERROR
+from flotilla.cli_errors import fail
 
 HELP = "print a Compose file for a fleet file: the fleet `flotilla up` starts, in containers"
 DESCRIPTION = """\
@@ -48,5 +48,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _fail(message: str) -> int:
-    print(f"flotilla compose: error: {message}", file=sys.stderr)
-    return USAGE_ERROR
+    return fail("flotilla compose", message)

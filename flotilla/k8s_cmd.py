@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from flotilla.cli_errors import USAGE_ERROR
+from flotilla.cli_errors import fail
 
 HELP = "print Kubernetes manifests for a fleet file: the fleet `flotilla up` starts, in a cluster"
 DESCRIPTION = """\
@@ -58,5 +58,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _fail(message: str) -> int:
-    print(f"flotilla k8s: error: {message}", file=sys.stderr)
-    return USAGE_ERROR
+    return fail("flotilla k8s", message)

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from flotilla.cli_errors import fail
+
 HELP = "replay traces or synthetic workloads against a URL; convert traces; compare runs"
 DESCRIPTION = """\
 Replay a trace or a synthetic workload open loop against an OpenAI-compatible URL and report
@@ -80,8 +82,7 @@ def _add_subcommands(parser: argparse.ArgumentParser) -> None:
 
 
 def _fail(message: str) -> int:
-    print(f"flotilla loadgen: error: {message}", file=sys.stderr)
-    return 2
+    return fail("flotilla loadgen", message)
 
 
 def run(args: argparse.Namespace) -> int:

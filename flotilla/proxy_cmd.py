@@ -7,11 +7,10 @@ import asyncio
 import logging
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flotilla.cli_errors import LOG_LEVELS, USAGE_ERROR, bind_error, log_level, port_number
+from flotilla.cli_errors import LOG_LEVELS, bind_error, fail, log_level, port_number
 
 if TYPE_CHECKING:  # imported for real only when the command runs (aiohttp is not cheap)
     from collections.abc import Callable
@@ -181,5 +180,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _fail(message: str) -> int:
-    print(f"flotilla proxy: error: {message}", file=sys.stderr)
-    return USAGE_ERROR
+    return fail("flotilla proxy", message)

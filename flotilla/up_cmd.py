@@ -12,6 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from flotilla.cli_errors import fail
+
 HELP = "start a local fleet of look-alike engines behind the proxy and show its live status"
 DESCRIPTION = """\
 Start the engines, the proxy and the autoscaler of a fleet file as child processes, wait until
@@ -45,9 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _fail(message: str, status: int = 2) -> int:
     """One line on stderr; status 2 for a bad command or fleet file, 1 for a fleet that failed."""
-    with contextlib.suppress(OSError):  # a closed terminal
-        print(f"flotilla up: error: {message}", file=sys.stderr)
-    return status
+    return fail("flotilla up", message, status)
 
 
 def _load(args: argparse.Namespace):  # -> flotilla.fleet.Fleet, imported lazily
