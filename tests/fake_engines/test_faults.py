@@ -182,9 +182,11 @@ async def test_slow_factor_stretches_step_time(engine):
     base = await engine("vllm", time_scale=0.2)
     body = {**BODY, "max_tokens": 32}
     async with aiohttp.ClientSession() as s:
-        t0 = time.monotonic()
-        await _post(s, base + "/v1/completions", body)
-        plain_s = time.monotonic() - t0
+        plain_s = float("inf")
+        for _ in range(2):  # the quicker of two: the first request also pays one-off costs (connection, warm-up)
+            t0 = time.monotonic()
+            await _post(s, base + "/v1/completions", body)
+            plain_s = min(plain_s, time.monotonic() - t0)
         async with s.post(base + "/admin/faults", json={"slow_factor": 10}) as resp:
             assert resp.status == 200
         t0 = time.monotonic()
