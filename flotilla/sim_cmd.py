@@ -11,6 +11,8 @@ from fake_engines.factory.vllm_config import max_model_len_arg
 from flotilla.cli_errors import positive_int
 
 HELP = "simulate a fleet under a virtual clock and compare routing policies on identical arrivals"
+SUBCOMMANDS = {"sweep": "flotilla.sim_sweep_cmd"}
+"""`flotilla sim sweep GRID.yaml`: a grid of these runs in parallel (flotilla.cli dispatches)."""
 DESCRIPTION = """\
 Run a workload through N simulated replicas with the real engine core, the real perf model and
 the real routing policies under a virtual clock. Several --policy values run on the same
@@ -23,6 +25,9 @@ examples:
       --block-size 8 --num-gpu-blocks-override 100000 --policy session-affinity:home=modulo
   flotilla sim --fleet proxy/fleet.default.yaml --synthetic poisson:rate=0.2,duration=500,system=1000 \\
       --policy prefix-aware --policy prefix-capacity
+
+`flotilla sim sweep GRID.yaml [--workers N | --ray ADDRESS]` runs the cross product of values of
+these flags in parallel (flotilla sim sweep --help, docs/autoscaling.md#sweeps).
 """
 
 # flags, spelled as fake-vllm serve / fake-llama-server spell them -> (scheduler config field,
@@ -149,19 +154,26 @@ def _settings(args: argparse.Namespace, fleet) -> dict:  # type: ignore[no-untyp
             "scrape_interval_s": args.scrape_interval or (fleet.scrape_interval_s if fleet else None)}
 
 
-def run(args: argparse.Namespace) -> int:
-    from fake_engines.factory import ModelDoesNotFit
+def simulate_args(args: argparse.Namespace) -> list:  # type: ignore[type-arg]
+    """Every run `flotilla sim ARGS` asks for, as RunResults: the one code path of a single
+    `flotilla sim` and of each cell of `flotilla sim sweep` (sim/sweep.py)."""
     from sim.build import fleet_replicas
-    from sim.report import comparison_table
     from sim.run import compare
 
+    fleet = _fleet(args)
+    s = _settings(args, fleet)
+    runs = len(s["policies"]) * max(1, len(s["autoscale"]))
+    return compare(_workload(args, runs), _spec(args), args.replicas, s["policies"], args.seed,
+                   s["scrape_interval_s"], s["slo"], s["autoscale"], args.cold_start,
+                   fleet_replicas(fleet) if fleet else None)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fake_engines.factory import ModelDoesNotFit
+    from sim.report import comparison_table
+
     try:
-        fleet = _fleet(args)
-        s = _settings(args, fleet)
-        runs = len(s["policies"]) * max(1, len(s["autoscale"]))
-        results = compare(_workload(args, runs), _spec(args), args.replicas, s["policies"], args.seed,
-                          s["scrape_interval_s"], s["slo"], s["autoscale"], args.cold_start,
-                          fleet_replicas(fleet) if fleet else None)
+        results = simulate_args(args)
     except (ValueError, KeyError, OSError, ModelDoesNotFit) as exc:  # a bad trace or flag: one line, no traceback
         print(f"flotilla sim: error: {exc}", file=sys.stderr)
         return 2
