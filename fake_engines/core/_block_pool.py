@@ -15,6 +15,8 @@ from typing import cast
 
 import numpy as np
 
+from flotilla.kv_events import MEDIUM_GPU, AllBlocksCleared, BlockRemoved, KVEvent, external_block_hash
+
 NONE_HASH = hashlib.sha256(b"flotilla-kv-none-hash").digest()
 """Parent hash of a sequence's first block. Fixed, so routers can compute the same chain."""
 
@@ -176,12 +178,15 @@ class FreeBlockQueue:
 class BlockPool:
     """All KV blocks of one engine, with prefix-cache bookkeeping."""
 
-    def __init__(self, num_gpu_blocks: int, enable_caching: bool) -> None:
+    def __init__(self, num_gpu_blocks: int, enable_caching: bool, enable_kv_cache_events: bool = False) -> None:
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.enable_caching = enable_caching
         # Block 0 is vLLM's null block: it is never free, so usage is out of num_gpu_blocks - 1.
         self.free_block_queue = FreeBlockQueue(self.blocks[1:])
         self.cached_block_hash_to_block: dict[BlockHash, KVCacheBlock] = {}
+        self.kv_event_queue: list[KVEvent] | None = [] if enable_kv_cache_events else None
+        """vLLM's `kv_event_queue`: events since the last `take_events`; None when events are off,
+        so the hot paths test one local for None and build nothing."""
 
     @property
     def num_usable_blocks(self) -> int:
@@ -207,6 +212,7 @@ class BlockPool:
         taken = self.free_block_queue.take(num_blocks)
         cached = self.cached_block_hash_to_block
         pop = cached.pop
+        events = self.kv_event_queue
         for block in taken:
             block_hash = block.block_hash
             if block_hash is not None:  # evict: drop the hash unless another block now owns it
@@ -214,6 +220,8 @@ class BlockPool:
                 if owner is not block and owner is not None:
                     cached[block_hash] = owner
                 block.block_hash = None
+                if events is not None:  # vLLM: one BlockRemoved per evicted (hash, block), duplicates too
+                    events.append(BlockRemoved([external_block_hash(block_hash)], MEDIUM_GPU, group_idx=0))
             block.ref_cnt = 1
         return taken
 
@@ -249,3 +257,28 @@ class BlockPool:
             if not block.ref_cnt:
                 freed.append(block)
         self.free_block_queue.extend(freed)
+
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's `reset_prefix_cache`: forget every cached hash, only while no block is in use
+        (False, nothing changed, otherwise); queues `AllBlocksCleared`."""
+        if self.get_num_free_blocks() != self.num_usable_blocks:
+            return False
+        self.cached_block_hash_to_block.clear()
+        for block in self.blocks:
+            block.block_hash = None
+        if self.kv_event_queue is not None:
+            self.kv_event_queue.append(AllBlocksCleared())
+        return True
+
+    def take_events(self) -> list[KVEvent]:
+        """The queued KV events, oldest first, and an empty queue; [] when events are off."""
+        events = self.kv_event_queue
+        if not events:
+            return []
+        self.kv_event_queue = []
+        return events
+
+    def cached_block_hashes(self) -> list[BlockHash]:
+        """The hash of every block that holds one, a duplicate copy once per block: what the
+        published events add up to (a hash stays cached while any block holding it is not evicted)."""
+        return [block.block_hash for block in self.blocks if block.block_hash is not None]

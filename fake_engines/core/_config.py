@@ -39,6 +39,9 @@ class VllmSchedulerConfig:
     """Steps in flight at once: the pipeline-parallel size."""
     seed: int = 0
     """Seeds the generated token ids (with each request id)."""
+    enable_kv_cache_events: bool = False
+    """Queue vLLM's KV cache events (BlockStored, BlockRemoved, AllBlocksCleared) for
+    `take_kv_events`; off, the block pool builds none."""
 
     def __post_init__(self) -> None:
         if self.num_gpu_blocks < 2:

@@ -6,6 +6,10 @@ from dataclasses import dataclass
 
 from fake_engines.core._block_pool import HASH_ALGOS, BlockHash, BlockPool, KVCacheBlock
 from fake_engines.core._request import EngineRequest
+from flotilla.kv_events import MEDIUM_GPU, BlockStored, KVEvent, external_block_hash
+
+KV_CACHE_SPEC_KIND = "full_attention"
+"""vLLM's `kv_cache_spec_kind` of the one KV cache group (group 0) of a plain decoder."""
 
 
 @dataclass
@@ -22,11 +26,14 @@ class KVCacheManager:
     """Allocates, shares and frees the KV blocks of requests; the scheduler's only door to the pool."""
 
     def __init__(self, num_gpu_blocks: int, block_size: int, enable_caching: bool,
-                 hash_algo: str = "sha256") -> None:
+                 hash_algo: str = "sha256", enable_kv_cache_events: bool = False) -> None:
         self.block_size = block_size
         self._hash_chain = HASH_ALGOS[hash_algo]
         self.enable_caching = enable_caching
-        self.block_pool = BlockPool(num_gpu_blocks, enable_caching)
+        self.enable_kv_cache_events = enable_kv_cache_events
+        self.block_pool = BlockPool(num_gpu_blocks, enable_caching, enable_kv_cache_events)
+        self.lora_ids: dict[str, int] = {}
+        """Adapter name -> vLLM's `lora_int_id` (1, 2, ... in order of registration or first use)."""
         self.prefix_cache_stats = PrefixCacheStats()
         self._req_blocks: dict[str, list[KVCacheBlock]] = {}
         self._num_cached_blocks: dict[str, int] = {}
@@ -159,8 +166,50 @@ class KVCacheManager:
         hashes = self.block_hashes(request)
         blocks = self._req_blocks[rid]
         num_full = min(num_tokens // self.block_size, len(hashes))
+        if self.block_pool.kv_event_queue is not None:
+            self._queue_block_stored(request, blocks, hashes, num_cached, num_full)
         self.block_pool.cache_full_blocks(blocks[num_cached:num_full], hashes[num_cached:num_full])
         self._num_cached_blocks[rid] = max(num_full, num_cached)
+
+    def _queue_block_stored(self, request: EngineRequest, blocks: list[KVCacheBlock], hashes: list[BlockHash],
+                            num_cached: int, num_full: int) -> None:
+        """vLLM's `BlockPool.cache_full_blocks` event: one `BlockStored` for the blocks this call
+        hashes, chained to the block before them. Leading blocks that already hold their hash are
+        the request's prefix-cache hits, which vLLM counts as cached before the call."""
+        first = num_cached
+        while first < num_full and blocks[first].block_hash is not None:
+            first += 1
+        if first >= num_full:
+            return
+        size, lora = self.block_size, request.lora
+        assert self.block_pool.kv_event_queue is not None
+        self.block_pool.kv_event_queue.append(BlockStored(
+            block_hashes=[external_block_hash(h) for h in hashes[first:num_full]],
+            parent_block_hash=external_block_hash(hashes[first - 1]) if first else None,
+            token_ids=request.all_token_ids[first * size:num_full * size],
+            block_size=size,
+            lora_id=None if lora is None else self.lora_id(lora),
+            medium=MEDIUM_GPU,
+            lora_name=lora,
+            extra_keys=[None if lora is None else (lora,)] * (num_full - first),
+            group_idx=0,
+            kv_cache_spec_kind=KV_CACHE_SPEC_KIND))
+
+    def lora_id(self, lora: str) -> int:
+        """vLLM's int id of an adapter: the next free one at its registration or first use."""
+        return self.lora_ids.setdefault(lora, len(self.lora_ids) + 1)
+
+    def take_events(self) -> list[KVEvent]:
+        """The KV events queued since the last call, oldest first ([] when events are off)."""
+        return self.block_pool.take_events()
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block, only when no request holds blocks (False otherwise)."""
+        return self.block_pool.reset_prefix_cache()
+
+    def cached_block_hashes(self) -> list[BlockHash]:
+        """The engine's hash of every block holding one (a duplicate copy once per block)."""
+        return self.block_pool.cached_block_hashes()
 
     def free(self, request: EngineRequest) -> None:
         """Release the request's blocks, last block first, so a sequence's tail is evicted before its head."""

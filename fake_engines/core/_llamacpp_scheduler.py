@@ -26,6 +26,7 @@ from fake_engines.core._request import (
 from fake_engines.core._slot import Slot, common_prefix_len, select_slot
 from fake_engines.core._step_builder import StepBuilder, decode_run_batch, is_decode
 from fake_engines.perf.batch import StepBatch
+from flotilla.kv_events import KVEvent
 
 _UNSET = object()  # no slot batched yet in this iteration (a LoRA key may itself be None)
 
@@ -297,3 +298,7 @@ class LlamaCppScheduler:
     def has_unfinished_requests(self) -> bool:
         """True while any request is deferred or in a slot."""
         return bool(self.requests)
+
+    def take_kv_events(self) -> list[KVEvent]:
+        """Always []: llama.cpp publishes no KV cache events."""
+        return []

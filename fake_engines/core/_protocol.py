@@ -7,6 +7,7 @@ from typing import Protocol
 
 from fake_engines.core._request import EngineRequest, RequestOutput, ScheduledStep, SchedulerStats
 from fake_engines.perf.batch import StepBatch
+from flotilla.kv_events import KVEvent
 
 
 class EngineCore(Protocol):
@@ -71,6 +72,13 @@ class EngineCore(Protocol):
 
     def has_unfinished_requests(self) -> bool:
         """True while any request is queued or running."""
+        ...
+
+    def take_kv_events(self) -> list[KVEvent]:
+        """vLLM's KV cache events (flotilla.kv_events) queued since the last call, oldest first,
+        and an empty queue; [] when events are off (the default) or the engine has none (llama.cpp).
+        A driver calls it after each `finish_step` (and after `apply_decode_steps`, whose events
+        are those of all the steps it applied) and publishes a non-empty list as one batch."""
         ...
 
     # -- decode runs: a driver may apply a stretch of identical decode-only steps at once ------

@@ -20,6 +20,7 @@ from fake_engines.core._request import (
 )
 from fake_engines.core._step_builder import StepBuilder, decode_run_batch, is_decode
 from fake_engines.perf.batch import StepBatch
+from flotilla.kv_events import KVEvent, external_block_hash
 
 
 def check_context(request: EngineRequest, max_model_len: int) -> None:
@@ -56,7 +57,7 @@ class VllmScheduler:
         self.max_model_len: int = config.max_model_len or 0
         self.kv_cache_manager = KVCacheManager(
             config.num_gpu_blocks, config.block_size, config.enable_prefix_caching,
-            config.prefix_caching_hash_algo)
+            config.prefix_caching_hash_algo, config.enable_kv_cache_events)
         self.waiting: deque[EngineRequest] = deque()
         self.running: list[EngineRequest] = []
         self.requests: dict[str, EngineRequest] = {}
@@ -310,3 +311,18 @@ class VllmScheduler:
     def has_unfinished_requests(self) -> bool:
         """True while any request is queued or running."""
         return bool(self.waiting or self.running)
+
+    def take_kv_events(self) -> list[KVEvent]:
+        """KV cache events since the last call, oldest first; [] unless enable_kv_cache_events.
+
+        vLLM's scheduler takes them once per step, after the step's update, into one batch."""
+        return self.kv_cache_manager.take_events()
+
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's `reset_prefix_cache()`: forget every cached block when no request holds blocks
+        (False otherwise, nothing changed); the AllBlocksCleared event goes out with the next step."""
+        return self.kv_cache_manager.reset_prefix_cache()
+
+    def cached_block_hashes(self) -> list[int]:
+        """The published (external) hashes of the blocks in the prefix cache, sorted, each once."""
+        return sorted({external_block_hash(h) for h in self.kv_cache_manager.cached_block_hashes()})
