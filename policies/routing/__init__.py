@@ -10,6 +10,7 @@ from policies.routing import (  # noqa: F401  (imported to register the built-in
     least_outstanding,
     lora_affinity,
     power_of_two,
+    precise_prefix,
     prefix_aware,
     prefix_capacity,
     prefix_cost,
