@@ -8,13 +8,15 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 
 from policies.routing.base import BackendState, RoutingPolicy
+from policies.routing.kv_index import KVIndex, KVIndexUser
 from policies.routing.registry import create_policy
 from proxy.access import AccessControl
 from proxy.admin import AdminApi
@@ -23,8 +25,10 @@ from proxy.body import read_body
 from proxy.config import ProxyConfig
 from proxy.debug import debug_route
 from proxy.dispatch import Dispatcher, Forward
+from proxy.engine_tokens import engine_prompt_ids
 from proxy.errors import ProxyError, ThrottledWarning, error_response
 from proxy.health import HealthChecker
+from proxy.kv_events import KVEventsHub
 from proxy.metrics import RouterMetrics
 from proxy.paths import canonical_path_middleware
 from proxy.pool import Backend, BackendPool
@@ -55,6 +59,10 @@ class Proxy:
     tasks: list[asyncio.Task] = field(default_factory=list)
     admission: Admission | None = None
     """Per-model slots and bounded queues (see proxy/admission.py)."""
+    kv_index: KVIndex = field(default_factory=KVIndex)
+    """What each backend that publishes KV-cache events holds (fed by `kv_events`)."""
+    kv_events: KVEventsHub | None = None
+    """The event subscriptions; started when the policy reads the index or a backend publishes."""
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
@@ -67,10 +75,21 @@ class Proxy:
         scraper = Scraper(self.pool, self.session, self.config.scrape_interval_s, self.config.scrape_timeout_s)
         await asyncio.gather(self.health.check_all(), scraper.scrape_all())
         loops = [self.health.run(), scraper.run()]
+        if isinstance(self.policy, KVIndexUser) or any(b.spec.kv_events for b in self.pool):
+            loops.append(self._start_kv_events())
         if self.config.config_path is not None:
             loops.append(FleetWatcher(self.config.config_path, self.pool, self.config.reload_interval_s,
                                       self.probe_now).run())
         self.tasks = [asyncio.create_task(c) for c in loops]
+
+    def _start_kv_events(self) -> Coroutine[Any, Any, None]:
+        """Bind the index into a policy that reads it and subscribe to the publishers."""
+        if isinstance(self.policy, KVIndexUser):
+            self.policy.bind_kv_index(self.kv_index)
+        self.kv_events = KVEventsHub(self.pool, self.kv_index)
+        self.kv_events.register_metrics(self.metrics.registry)
+        self.kv_events.sync()
+        return self.kv_events.run()
 
     async def stop(self) -> None:
         for task in self.tasks:
@@ -78,6 +97,8 @@ class Proxy:
         for task in self.tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.kv_events is not None:
+            await self.kv_events.stop()
         if self.session is not None:
             await self.session.close()
 
@@ -132,6 +153,10 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     adapters = frozenset().union(*(b.adapters for b in p.pool)) if len(p.pool) else frozenset()
     parsed = parse_request(body, chat, request.headers, p.config.session_header, p.config.chars_per_token,
                            adapters)
+    if isinstance(p.policy, KVIndexUser):  # the KV index is keyed by the engine's own token ids
+        ids = engine_prompt_ids(body, chat)
+        if ids:
+            parsed = replace(parsed, info=replace(parsed.info, prompt_token_ids=ids, prompt_tokens=len(ids)))
     model = parsed.info.model
     if model is not None and p.pool.is_unknown_model(model):
         raise ProxyError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")

@@ -9,6 +9,7 @@ A fleet file for the proxy is YAML; either the keys below at the top level or un
         models: [llama-3.1-8b, sql-lora]
         weight: 1.0
         api_key: sk-...       # optional: sent to this backend as Authorization: Bearer
+        kv_events: tcp://127.0.0.1:5557   # optional: the engine's KV-cache event publisher
 """
 
 from __future__ import annotations
@@ -88,6 +89,62 @@ def redact_url(url: str) -> str:
 
 
 @dataclass(frozen=True)
+class KVEventsSource:
+    """Where a backend publishes vLLM's KV-cache events (its `--kv-events-config`), as the
+    router connects to it."""
+
+    endpoint: str
+    """ZMQ PUB address to subscribe to, e.g. tcp://10.0.0.5:5557."""
+    replay_endpoint: str | None = None
+    """ZMQ ROUTER address that replays missed batches; None: gaps clear and resync."""
+    topic: str = ""
+    """Topic the publisher sends under (vLLM's default: empty)."""
+
+    def __post_init__(self) -> None:
+        for name in ("endpoint", "replay_endpoint"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and value.startswith(("tcp://", "ipc://"))):
+                raise ConfigError(name, value, "must be a ZMQ address, tcp://host:port or ipc://path")
+
+    @classmethod
+    def from_vllm_config(cls, config: Mapping[str, object], host: str) -> KVEventsSource | None:
+        """The source of an engine started with `--kv-events-config` CONFIG and reached at
+        `host`: vLLM's field names; a wildcard bind address (tcp://*:5557) is the engine's host.
+        None when the config does not enable ZMQ events."""
+        if not config.get("enable_kv_cache_events") or config.get("publisher", "null") != "zmq":
+            return None
+        endpoint = str(config.get("endpoint") or "tcp://*:5557")
+        replay = config.get("replay_endpoint")
+        return cls(endpoint=_connectable(endpoint, host),
+                   replay_endpoint=_connectable(str(replay), host) if replay else None,
+                   topic=str(config.get("topic") or ""))
+
+    @classmethod
+    def parse(cls, value: object, host: str) -> KVEventsSource:
+        """A fleet file's `kv_events:` value: an endpoint string, or a mapping with `endpoint`,
+        `replay_endpoint` and `topic` (vLLM's names; wildcard hosts are the backend's host)."""
+        if isinstance(value, str):
+            return cls(endpoint=_connectable(value, host))
+        if not isinstance(value, Mapping) or not isinstance(value.get("endpoint"), str):
+            raise ConfigError("kv_events", value, "must be a ZMQ endpoint or a mapping with an endpoint")
+        replay = value.get("replay_endpoint")
+        return cls(endpoint=_connectable(str(value["endpoint"]), host),
+                   replay_endpoint=_connectable(str(replay), host) if replay else None,
+                   topic=str(value.get("topic") or ""))
+
+
+def _connectable(endpoint: str, host: str) -> str:
+    """A bind address as a subscriber connects to it: `*`, 0.0.0.0 or :: become `host`."""
+    scheme, sep, rest = endpoint.partition("://")
+    if scheme != "tcp" or not sep:
+        return endpoint
+    address, colon, port = rest.rpartition(":")
+    if colon and address in ("*", "0.0.0.0", "::", "[::]"):
+        return f"tcp://{host}:{port}"
+    return endpoint
+
+
+@dataclass(frozen=True)
 class BackendSpec:
     """One engine as the operator declared it."""
 
@@ -105,6 +162,9 @@ class BackendSpec:
     """Sent to this backend as `Authorization: Bearer` in place of anything the client sent."""
     basic_auth: tuple[str, str] | None = field(default=None, repr=False)
     """(user, password) from the URL, sent to this backend as `Authorization: Basic`."""
+    kv_events: KVEventsSource | None = None
+    """The engine's KV-cache event publisher; None: it publishes none (routing policies that
+    read the KV index fall back to their own approximate index for it)."""
 
     def __post_init__(self) -> None:
         shown = redact_url(self.url)
@@ -265,9 +325,18 @@ def backend_from_mapping(item: object) -> BackendSpec:
     models = item.get("models") or ()
     if isinstance(models, str):
         models = (models,)
+    events = item.get("kv_events")
+    source = KVEventsSource.parse(events, _host_of(str(item["url"]))) if events is not None else None
     return BackendSpec(url=str(item["url"]), flavor=str(item.get("flavor", "openai")),
                        models=tuple(str(m) for m in models), weight=float(item.get("weight", 1.0)),
-                       api_key=item.get("api_key"))
+                       api_key=item.get("api_key"), kv_events=source)
+
+
+def _host_of(url: str) -> str:
+    try:
+        return urlsplit(url).hostname or "127.0.0.1"
+    except ValueError:
+        return "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -308,6 +377,8 @@ _BACKEND_KEYS: dict[str, tuple[Callable[[object], bool], str]] = {
                "a model name or a list of model names (quote names YAML reads as numbers)"),
     "weight": (_is_number, "a finite number"),
     "api_key": (lambda v: isinstance(v, str), "a string"),
+    "kv_events": (lambda v: isinstance(v, str | dict), "a ZMQ endpoint or a mapping with endpoint, replay_endpoint "
+                  "and topic"),
 }
 
 

@@ -10,8 +10,11 @@ for replay, flotilla/kv_events.py):
   batches that arrive meanwhile are held and applied after the replay, duplicates dropped.
 - a live batch with the next sequence number is applied; one beyond it is a gap: hold it and
   replay from the first missing number.
-- a live batch numbered below the next one means the publisher restarted (its numbers start at
-  0 again, its cache is empty): clear the backend and start over.
+- a live batch numbered below the next one is a duplicate when the publisher has a replay
+  socket (the replay answer and the live stream race, so a live batch may come after the replay
+  delivered it); without one it means the publisher restarted (its numbers start at 0 again,
+  its cache is empty): clear the backend and start over. With replay a restart shows as a
+  dropped connection (`disconnected()`), which the edge sees on its socket.
 - a replay whose first batch is beyond the missing number cannot fill the gap (the buffer has
   moved on): clear the backend and resync, i.e. carry on from the first batch there is. The
   index then holds a subset of the engine's cache (blocks stored before the gap come back as
@@ -80,6 +83,9 @@ class EventFeed:
             self._held.append((seq, batch))
             return None
         if self.next_seq is not None and seq < self.next_seq:
+            if self.can_replay:
+                self.stats.duplicates += 1
+                return None
             self.stats.restarts += 1
             self._clear()
         expected = self.next_seq or 0

@@ -3,6 +3,7 @@ import pytest
 from proxy.config import (
     BackendSpec,
     ConfigError,
+    KVEventsSource,
     ProxyConfig,
     TimeoutConfig,
     load_fleet,
@@ -105,3 +106,29 @@ def test_credential_errors_never_echo_the_secret() -> None:
         with pytest.raises(ConfigError) as exc:
             make()
         assert "s3cret" not in str(exc.value)
+
+
+def test_a_backends_kv_events_endpoint_is_read_with_wildcards_as_its_host():
+    fleet = parse_fleet("backends:\n"
+                        "  - url: http://10.0.0.5:8000\n    kv_events: tcp://*:5557\n"
+                        "  - url: http://10.0.0.6:8000\n"
+                        "    kv_events: {endpoint: 'tcp://0.0.0.0:5557', replay_endpoint: 'tcp://*:5558', topic: kv}\n")
+    first, second = fleet.backends
+    assert first.kv_events == KVEventsSource(endpoint="tcp://10.0.0.5:5557")
+    assert second.kv_events == KVEventsSource(endpoint="tcp://10.0.0.6:5557", replay_endpoint="tcp://10.0.0.6:5558",
+                                              topic="kv")
+
+
+def test_a_kv_events_source_follows_vllms_kv_events_config():
+    config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://*:6000",
+              "replay_endpoint": "tcp://*:6001", "topic": ""}
+    assert KVEventsSource.from_vllm_config(config, "h") == KVEventsSource("tcp://h:6000", "tcp://h:6001")
+    assert KVEventsSource.from_vllm_config({**config, "enable_kv_cache_events": False}, "h") is None
+    assert KVEventsSource.from_vllm_config({**config, "publisher": "null"}, "h") is None
+
+
+def test_a_bad_kv_events_value_names_the_backend_key():
+    with pytest.raises(ConfigError, match=r"backends\[0\]\.kv_events"):
+        parse_fleet("backends:\n  - url: http://h:1\n    kv_events: 5557\n")
+    with pytest.raises(ConfigError, match="ZMQ address"):
+        parse_fleet("backends:\n  - url: http://h:1\n    kv_events: http://h:5557\n")

@@ -82,9 +82,20 @@ def test_a_failed_replay_resyncs_from_the_held_batches():
     assert held(index) == {2, 3} and feed.next_seq == 4
 
 
-def test_numbers_going_back_mean_the_publisher_restarted_with_an_empty_cache():
+def test_a_live_batch_the_replay_already_delivered_is_a_duplicate():
     index = KVIndex()
     feed = EventFeed(index, "a")
+    feed.connected()
+    for seq in range(3):
+        feed.replayed(seq, store(seq))
+    feed.replay_done()
+    assert feed.live(2, store(2)) is None  # the live stream lagged behind the replay answer
+    assert held(index) == {0, 1, 2} and feed.stats.duplicates == 1 and feed.stats.restarts == 0
+
+
+def test_without_replay_numbers_going_back_mean_the_publisher_restarted_with_an_empty_cache():
+    index = KVIndex()
+    feed = EventFeed(index, "a", can_replay=False)
     for seq in range(3):
         feed.live(seq, store(seq))
     feed.live(0, store(10))
