@@ -72,6 +72,11 @@ def parser() -> argparse.ArgumentParser:
     _common(q)
     q.add_argument("--only", nargs="*", help="labels of the routers to run (default all)")
     q.add_argument("--workloads", nargs="*", help="names of the workloads (default all)")
+    a = sub.add_parser("agreement", help="sglang-router cache_aware vs the sglang-cache-aware policy, decision by decision")
+    a.add_argument("--requests", type=int, help="requests per run (default 1000)")
+    a.add_argument("--out", type=Path, default=REPO / "bench" / "out", help="JSON and logs (default bench/out)")
+    a.add_argument("--doc", type=Path, default=REPO / "docs" / "benchmarks.md")
+    a.add_argument("--no-write", action="store_true", help="print the table; leave docs/ alone")
     return p
 
 
@@ -185,6 +190,43 @@ saw, † above {args.max_other_cores:g}.
 """
 
 
+def cmd_agreement(args: argparse.Namespace, command: str) -> str:
+    from dataclasses import replace
+
+    from bench.peers.agreement import CONFIGS, router_version, run_agreement, table
+    configs = [replace(c, requests=args.requests) if args.requests else c for c in CONFIGS]
+    outcomes = run_agreement(configs, args.out / "peers-agreement")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "peers-agreement.json").write_text(json.dumps(
+        {"command": command, "sglang-router": router_version(), "runs": [vars(o) for o in outcomes]}, indent=1))
+    text = agreement_text(command, table(outcomes), configs[0], router_version())
+    if not args.no_write:
+        write_block(args.doc, "peers-agreement", text)
+    return text
+
+
+def agreement_text(command: str, table: str, cfg: object, version: str) -> str:
+    return f"""## sglang-cache-aware against the real sglang-router
+
+`{command}`
+
+sglang-router {version} (sgl-model-gateway 0.3.2, lightseekorg/smg c7f9bf9), policy `cache_aware`
+with its defaults, in front of {cfg.backends} look-alike backends that report which request reached
+them and hold it until the script completes it (`bench/peers/agreement.py`). One seeded sequence of
+{cfg.requests} completions requests (multi-turn sessions of one to six turns over eight shared
+system prompts, 15 % one-off prompts; after each arrival every open request completes with probability
+{cfg.release_p:g}) goes through the router, and the same arrivals and completions through the
+Flotilla policy, which sees its own placements as its loads and its backends in the router's
+worker-list order (`GET /workers`), so ties fall where SGLang's rule (the first worker in its
+list) puts them. Each request is sent once the router's loads (`GET /workers`) equal the script's,
+so the run is deterministic. Eviction is not exercised: the router evicts on a 60 s timer down to
+2^26 characters per worker, which this run never reaches. The last row is a control: Flotilla's
+`prefix-aware` against the same router.
+
+{table}
+"""
+
+
 def cmd_report(out: Path) -> int:
     """Re-render from saved JSON: the same text the run wrote, without running anything."""
     from bench.peers.overhead import OverheadConfig
@@ -216,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
         return installer.main()
     if args.cmd == "report":
         return cmd_report(args.out)
+    if args.cmd == "agreement":
+        print(cmd_agreement(args, "python -m bench.peers " + " ".join(argv)))
+        return 0
     if not args.no_netns and shutil.which("ip"):
         enter_netns(args.netns, argv)
     command = "python -m bench.peers " + " ".join(argv)
