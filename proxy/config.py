@@ -15,8 +15,9 @@ A fleet file for the proxy is YAML; either the keys below at the top level or un
 from __future__ import annotations
 
 import base64
+import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -118,6 +119,23 @@ class KVEventsSource:
         return cls(endpoint=_connectable(endpoint, host),
                    replay_endpoint=_connectable(str(replay), host) if replay else None,
                    topic=str(config.get("topic") or ""))
+
+    @classmethod
+    def from_command(cls, argv: Sequence[str], host: str) -> KVEventsSource | None:
+        """The source of an engine whose command line is `argv` (its last `--kv-events-config`
+        JSON, as vLLM reads it), reached at `host`; None without one or when it cannot be read
+        (the engine itself refuses such a command)."""
+        text = None
+        for i, word in enumerate(argv):
+            if word == "--kv-events-config" and i + 1 < len(argv):
+                text = argv[i + 1]
+            elif word.startswith("--kv-events-config="):
+                text = word.partition("=")[2]
+        try:
+            config = json.loads(text) if text is not None else None
+        except ValueError:
+            return None
+        return cls.from_vllm_config(config, host) if isinstance(config, dict) else None
 
     @classmethod
     def parse(cls, value: object, host: str) -> KVEventsSource:

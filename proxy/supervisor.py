@@ -37,6 +37,7 @@ from flotilla.proxy_cmd import INSTANCE_HEADER
 from proxy.autoscale import local
 from proxy.autoscale.actuator import ActuatorError, ReplicaHandle
 from proxy.autoscale.local import LocalActuator
+from proxy.config import KVEventsSource
 from proxy.fleetfile import EngineGroup, UpFleet, without_address
 from proxy.status import FleetStatus, fleet_status
 
@@ -139,12 +140,22 @@ def proxy_fleet_file(fleet: UpFleet, backends: list[tuple[str, str, str]],
     autoscaled, the proxy's `autoscaler:` section for it (its replicas log under `log_dir`, if
     given). `flotilla compose` and `flotilla k8s` build their proxy's fleet file from it too."""
     weights = {g.name: g.capacity_weight() for g in fleet.engines}
+    events = {g.name: g.kv_events() for g in fleet.engines}
     data: dict[str, object] = {"proxy": {"policy": fleet.policy, "backends": [
-        {"url": url, "flavor": f, "weight": weights[name]} for f, url, name in backends]}}
+        {"url": url, "flavor": f, "weight": weights[name], **_kv_events_entry(events[name])}
+        for f, url, name in backends]}}
     group = fleet.scaled_group()
     if fleet.autoscaler is not None and group is not None:
         data["autoscaler"] = fleet.autoscaler.for_proxy(group, log_dir / group.name if log_dir else None)
     return data
+
+
+def _kv_events_entry(source: KVEventsSource | None) -> dict[str, object]:
+    """A fleet-file backend's `kv_events` key for an engine that publishes KV-cache events."""
+    if source is None:
+        return {}
+    return {"kv_events": {"endpoint": source.endpoint, "replay_endpoint": source.replay_endpoint,
+                          "topic": source.topic}}
 
 
 def proxy_command(config: Path, instance: str) -> list[str]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from flotilla.errors import ConfigError
 from loadgen.results import Slo
-from proxy.config import BackendSpec
+from proxy.config import BackendSpec, KVEventsSource
 
 if TYPE_CHECKING:
     from fake_engines.factory import EngineConfig
@@ -88,6 +88,12 @@ class EngineGroup:
         slots = [word for flag, value in given if value is not None for word in (flag, str(value))]
         return [sys.executable, "-m", "fake_engines.llamacpp.cli", "-m", f"{self.model}-{self.quant}.gguf",
                 "-a", self.model, *slots, "--metrics", *common, *self.args]
+
+    def kv_events(self, host: str = "127.0.0.1") -> KVEventsSource | None:
+        """Where the group's engines publish KV-cache events, as the router at `host`'s side
+        connects to them: vLLM's `--kv-events-config` JSON among `args`; None without one.
+        Each replica binds the same endpoint, so a group with events runs one replica per host."""
+        return KVEventsSource.from_command(self.args, host) if self.flavor == "vllm" else None
 
     def engine_config(self, port: int = 0) -> EngineConfig:
         """The engine config every replica of the group starts with (VllmServeConfig or

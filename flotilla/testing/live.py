@@ -139,7 +139,8 @@ async def _start_proxy(fleet: Fleet, urls: list[str]) -> Any:
     from proxy.config import BackendSpec, HealthConfig, ProxyConfig
 
     scrape_s = fleet.scrape_interval_s * fleet.time_scale if fleet.scrape_interval_s else LIVE_SCRAPE_WALL_S
-    backends = [BackendSpec(url=u, flavor=g.flavor, models=(g.served_model,), weight=g.capacity_weight())
+    backends = [BackendSpec(url=u, flavor=g.flavor, models=(g.served_model,), weight=g.capacity_weight(),
+                            kv_events=g.kv_events())
                 for u, g in zip(urls, fleet.started(), strict=True)]
     config = ProxyConfig(port=0, policy=fleet.policy, scrape_interval_s=scrape_s,
                          health=HealthConfig(interval_s=HEALTH_INTERVAL_WALL_S), backends=backends)

@@ -10,12 +10,15 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
 import pytest
+import yaml
 from aiohttp import web
 
+from proxy.config import KVEventsSource, parse_fleet
 from proxy.fleetfile import load_up_fleet, parse_up_fleet
 from proxy.supervisor import Fleet, FleetError, descendants_of, proxy_fleet_file, wait_ready
 
@@ -128,3 +131,17 @@ def test_the_proxys_fleet_file_weighs_every_backend_by_its_groups_capacity(tmp_p
     assert data["proxy"]["backends"] == [
         {"url": "http://127.0.0.1:9001", "flavor": "llamacpp", "weight": llama.capacity_weight()}]
     assert data["autoscaler"]["weight"] == vllm.capacity_weight()  # the vLLM replicas its autoscaler starts
+
+
+def test_an_engine_group_publishing_kv_events_gives_its_backends_the_subscription(tmp_path: Path) -> None:
+    fleet = load_up_fleet()
+    vllm = fleet.engines[0]
+    config = ('{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:7557", '
+              '"replay_endpoint": "tcp://*:7558", "topic": "kv"}')
+    group = replace(vllm, args=(*vllm.args, "--kv-events-config", config))
+    fleet = replace(fleet, engines=(group, fleet.engines[1]))
+    data = proxy_fleet_file(fleet, [("vllm", "http://127.0.0.1:9001", group.name)], tmp_path)
+    backend = parse_fleet(yaml.safe_dump(data)).backends[0]
+    assert backend.kv_events == KVEventsSource("tcp://127.0.0.1:7557", "tcp://127.0.0.1:7558", "kv")
+    assert proxy_fleet_file(load_up_fleet(), [("vllm", "http://127.0.0.1:9001", vllm.name)])[
+        "proxy"]["backends"][0].keys() == {"url", "flavor", "weight"}
