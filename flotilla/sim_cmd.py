@@ -86,6 +86,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "weights at 3 GB/s + warm-up 40 s, the seed's Example 17)")
     p.add_argument("--scrape-interval", type=float, metavar="S",
                    help="policies see engine metrics only as fresh as this scrape interval")
+    p.add_argument("--kv-events-delay", type=float, metavar="SECONDS",
+                   help="a policy that reads the engines' KV events (precise-prefix) gets each engine step's "
+                        "events this long after the step ends, in virtual time (default 0.005)")
     p.add_argument("--slo", help="goodput SLOs, e.g. ttft=0.5,tpot=0.05")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print every run as loadgen result JSON")
@@ -163,9 +166,10 @@ def simulate_args(args: argparse.Namespace) -> list:  # type: ignore[type-arg]
     fleet = _fleet(args)
     s = _settings(args, fleet)
     runs = len(s["policies"]) * max(1, len(s["autoscale"]))
+    delay = {} if args.kv_events_delay is None else {"kv_events_delay_s": args.kv_events_delay}
     return compare(_workload(args, runs), _spec(args), args.replicas, s["policies"], args.seed,
                    s["scrape_interval_s"], s["slo"], s["autoscale"], args.cold_start,
-                   fleet_replicas(fleet) if fleet else None)
+                   fleet_replicas(fleet) if fleet else None, **delay)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fake_engines.core import VllmScheduler
 from fake_engines.factory import BuiltEngine, build_engine
 from fake_engines.perf.batch import Layout
 from flotilla.fleet import EngineGroup, Fleet
@@ -99,10 +100,19 @@ def _llama_split(layout: Layout) -> dict[str, Any]:
 
 def engine_replica(engine: BuiltEngine, index: int, listener: Listener) -> CoreReplica:
     """A simulated replica of a built engine: a fresh core, the engine's step times; decode runs
-    need the fleet's event queue, to land mid-run reads on the right instant."""
+    need the fleet's event queue, to land mid-run reads on the right instant. A vLLM core
+    publishes KV cache events to the listener's `on_kv_events` when the listener keeps a KV
+    index (`kv_index`, FleetSim's for a policy that reads one); llama.cpp publishes none."""
     run_time = engine.decode_run_time or stepwise_run_time(engine.step_time)
-    return CoreReplica(index, engine.new_core(), engine.step_time, listener, queue=getattr(listener, "queue", None),
-                       decode_run_time=run_time)
+    core = engine.new_core()
+    sink = getattr(listener, "on_kv_events", None) if getattr(listener, "kv_index", None) is not None else None
+    if sink is not None and isinstance(core, VllmScheduler):
+        if not core.config.enable_kv_cache_events:
+            core = VllmScheduler(dataclasses.replace(core.config, enable_kv_cache_events=True))
+    else:
+        sink = None
+    return CoreReplica(index, core, engine.step_time, listener, queue=getattr(listener, "queue", None),
+                       decode_run_time=run_time, kv_events=sink)
 
 
 def describe(group: EngineGroup, engine: BuiltEngine) -> dict[str, Any]:

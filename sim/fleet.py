@@ -16,10 +16,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, overload
 
+from flotilla.kv_events import KVEvent, KVEventBatch
 from loadgen.results import RequestRecord, RunResult, Slo
 from loadgen.stats import summarize
 from loadgen.trace import TraceRequest
 from policies.routing.base import BackendView, RequestInfo, RoutingPolicy
+from policies.routing.kv_index import KVIndex, KVIndexUser
 from policies.scaling import ReplicaState
 from sim.autoscale import ReplicaLife, SimAutoscaler
 from sim.events import Event, EventQueue, Phase
@@ -36,7 +38,15 @@ class Replica(Protocol):
 
 
 ReplicaFactory = Callable[[int, Listener], Replica]
+KV_EVENTS_DELAY_S = 0.005
+"""Default seconds from an engine step's end to its KV events reaching the router's index: the
+ZMQ hop and the router's decode, a few milliseconds on one host or one rack."""
 JobFactory = Callable[[TraceRequest, int], SimJob]
+
+
+def _url(index: int) -> str:
+    """Replica `index`'s backend URL, as its views and the KV index name it."""
+    return f"sim://{index}"
 
 
 @dataclass
@@ -86,9 +96,19 @@ class FleetSim:
     """Capacity weight of replica i (`BackendView.weight`) for i < len(weights); `default_weight` for the rest."""
     default_weight: float = 1.0
     """Weight of the replicas past `weights`: those an autoscaler adds."""
+    kv_events_delay_s: float = KV_EVENTS_DELAY_S
+    """With a policy that reads a KV index: an engine step's KV events reach it this long after
+    the step ends."""
     queue: EventQueue = field(default_factory=EventQueue)
 
     def __post_init__(self) -> None:
+        if self.kv_events_delay_s < 0:
+            raise ValueError(f"kv_events_delay_s must be >= 0, got {self.kv_events_delay_s}")
+        self.kv_index: KVIndex | None = None
+        """The index of the engines' KV events, fed in virtual time; None unless the policy reads one."""
+        if isinstance(self.policy, KVIndexUser):
+            self.kv_index = KVIndex()
+            self.policy.bind_kv_index(self.kv_index)
         self.replicas: list[Replica] = []
         self.ledgers: list[ReplicaLedger] = []
         self.lives: list[ReplicaLife] = []
@@ -109,6 +129,8 @@ class FleetSim:
     def _add_replica(self, now_s: float, ready: bool) -> int:
         index = len(self.replicas)
         self.replicas.append(self.make_replica(index, self))
+        if self.kv_index is not None and getattr(self.replicas[-1], "kv_events", None) is not None:
+            self.kv_index.add_backend(_url(index))  # it publishes: the policy trusts the index from now
         self.ledgers.append(ReplicaLedger())
         state = ReplicaState.READY if ready else ReplicaState.STARTING
         self.lives.append(ReplicaLife(state, started_at_s=now_s, ready_at_s=now_s if ready else None))
@@ -200,7 +222,7 @@ class FleetSim:
         replica, ledger = self.replicas[i], self.ledgers[i]
         m = replica.metrics() if not self.scrape_interval_s else ledger.scraped
         return BackendView(
-            index=i, url=f"sim://{i}", weight=self.weights[i] if i < len(self.weights) else self.default_weight,
+            index=i, url=_url(i), weight=self.weights[i] if i < len(self.weights) else self.default_weight,
             in_flight=ledger.in_flight, in_flight_tokens=ledger.in_flight_tokens,
             prefill_tokens=ledger.prefill_tokens, cache_capacity_tokens=replica.cache_capacity_tokens,
             num_requests_running=m.num_requests_running if m else None,
@@ -238,6 +260,16 @@ class FleetSim:
         return events
 
     # -- Listener: progress reported by the replicas --------------------------------------
+
+    def on_kv_events(self, replica: int, events: list[KVEvent], now_s: float) -> None:
+        """One engine step's KV events: applied to the index `kv_events_delay_s` later, as one
+        batch, in the order the steps ended (events at one instant keep their creation order)."""
+        batch, url, index = KVEventBatch(ts=now_s, events=events), _url(replica), self.kv_index
+        assert index is not None
+
+        def deliver(_: float) -> None:
+            index.apply_batch(url, batch)
+        self.queue.push(Event(now_s + self.kv_events_delay_s, Phase.COMPLETION, deliver))
 
     def on_token(self, job: SimJob, now_s: float, first: bool) -> None:
         p = self.pending[job.index]
@@ -281,7 +313,7 @@ class FleetSim:
         ledger.prefill_tokens += prompt_tokens - cached_tokens
         ledger.cached_tokens += cached_tokens
         self._stop_if_drained(p.replica, now_s)
-        view = BackendView(index=p.replica, url=f"sim://{p.replica}", in_flight=ledger.in_flight,
+        view = BackendView(index=p.replica, url=_url(p.replica), in_flight=ledger.in_flight,
                            prefill_tokens=ledger.prefill_tokens)
         info = RequestInfo(session_key=p.request.session_id, prompt_tokens=prompt_tokens)
         self.policy.on_request_complete(view, info, prompt_tokens, cached_tokens)

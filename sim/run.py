@@ -10,7 +10,7 @@ from loadgen.results import RunResult, Slo
 from loadgen.trace import TraceRequest
 from policies.routing.registry import create_policy
 from sim.build import EngineSpec, FleetReplicas, engine_replicas, job_factory, simulated_autoscaler
-from sim.fleet import FleetSim, Replica
+from sim.fleet import KV_EVENTS_DELAY_S, FleetSim, Replica
 from sim.replicas import Listener
 
 Workload = Callable[[], Iterable[TraceRequest]]
@@ -19,7 +19,7 @@ Workload = Callable[[], Iterable[TraceRequest]]
 def simulate(workload: Workload, spec: EngineSpec, replicas: int, policy: str, seed: int = 0,
              scrape_interval_s: float | None = None, slo: Slo | None = None,
              autoscale: str | None = None, cold_start: float | None = None,
-             fleet: FleetReplicas | None = None) -> RunResult:
+             fleet: FleetReplicas | None = None, kv_events_delay_s: float = KV_EVENTS_DELAY_S) -> RunResult:
     """One run: `workload()` is called afresh so every policy sees the same arrivals.
 
     With `fleet` (unlike replicas, e.g. a fleet file's) the replicas are those instead of
@@ -28,7 +28,10 @@ def simulate(workload: Workload, spec: EngineSpec, replicas: int, policy: str, s
     With `autoscale` (a scaling policy spec) the fleet starts with its replicas and scales (a fleet
     file's scaled group only, between its min and max); new replicas become ready `cold_start`
     seconds after launch (default: the perf model's cold start for the engine's model).
-    `meta.engines` lists every replica the run built, with its resolved engine config."""
+    `meta.engines` lists every replica the run built, with its resolved engine config.
+
+    A policy that reads a KV index (precise-prefix) gets one fed by the engines' KV events,
+    `kv_events_delay_s` after each step (`meta.kv_events_delay_s`)."""
     members = fleet or engine_replicas(spec, replicas, seed)
     scaler = simulated_autoscaler(members, autoscale, cold_start, spec) if autoscale else None
     built: list[dict[str, Any]] = []
@@ -41,19 +44,23 @@ def simulate(workload: Workload, spec: EngineSpec, replicas: int, policy: str, s
                    policy=create_policy(policy, rng=random.Random(seed)),
                    make_job=job_factory(spec if fleet is None else None),
                    scrape_interval_s=scrape_interval_s, slo=slo, autoscaler=scaler, weights=members.weights,
-                   default_weight=members.scaled_weight)
+                   default_weight=members.scaled_weight,
+                   kv_events_delay_s=kv_events_delay_s)
     label = policy if not autoscale else f"{policy} + {autoscale}"
     result = sim.run(workload(), label=label)
     engine = {"engine": spec.kind, "model": spec.model, "gpu": spec.gpu} if fleet is None else {"engine": "fleet"}
     result.meta.update({**engine, "seed": seed, "scrape_interval_s": scrape_interval_s, "engines": built})
+    if sim.kv_index is not None:
+        result.meta["kv_events_delay_s"] = kv_events_delay_s
     return result
 
 
 def compare(workload: Workload, spec: EngineSpec, replicas: int, policies: Sequence[str], seed: int = 0,
             scrape_interval_s: float | None = None, slo: Slo | None = None,
             autoscale: Sequence[str] = (), cold_start: float | None = None,
-            fleet: FleetReplicas | None = None) -> list[RunResult]:
+            fleet: FleetReplicas | None = None, kv_events_delay_s: float = KV_EVENTS_DELAY_S) -> list[RunResult]:
     """Every routing policy, times every scaling policy when some are given, on the same arrivals."""
     scalers: Sequence[str | None] = list(autoscale) or [None]
-    return [simulate(workload, spec, replicas, p, seed, scrape_interval_s, slo, a, cold_start, fleet)
+    return [simulate(workload, spec, replicas, p, seed, scrape_interval_s, slo, a, cold_start, fleet,
+                     kv_events_delay_s=kv_events_delay_s)
             for p in policies for a in scalers]
