@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from loadgen.results import LatencyStats, RunResult, Summary
 
@@ -49,10 +50,34 @@ _FIGURES: tuple[tuple[str, Callable[[Summary], str]], ...] = (
 )
 
 
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _scale_events(events: Sequence[dict[str, Any]] | None) -> str:
+    if events is None:
+        return "-"
+    return f"{sum(e['direction'] == 'up' for e in events)} up / {sum(e['direction'] == 'down' for e in events)} down"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+# cost rows: label -> how to print it from a result (meta for cost, summary for the SLO share)
+_COST: tuple[tuple[str, Callable[[RunResult], str]], ...] = (
+    ("SLO attainment", lambda r: _share(r.summary.slo_attainment)),
+    ("replica-seconds", lambda r: _seconds(r.meta.get("replica_seconds"))),
+    ("GPU-seconds", lambda r: _seconds(r.meta.get("gpu_seconds"))),
+    ("scale events", lambda r: _scale_events(r.meta.get("scale_events"))),
+    ("cold starts", lambda r: "-" if r.meta.get("cold_starts") is None else str(r.meta["cold_starts"])),
+)
+
+
 def summary_table(result: RunResult) -> str:
     """The figures of one run and its latency table."""
     s = result.summary
-    rows = [[label, fmt(s)] for label, fmt in _FIGURES]
+    rows = [[label, fmt(s)] for label, fmt in _FIGURES] + [[label, fmt(result)] for label, fmt in _COST]
     if s.slo is not None:
         bounds = (("ttft", s.slo.ttft_s), ("tpot", s.slo.tpot_s), ("e2e", s.slo.e2e_s))
         rows.append(["goodput SLO (s)", ",".join(f"{k}={v:g}" for k, v in bounds if v is not None)])
@@ -69,6 +94,7 @@ def _time_base(result: RunResult) -> str:
 def compare_table(results: Sequence[RunResult]) -> str:
     """Several runs side by side: one column per run, one row per figure."""
     rows = [[label] + [fmt(r.summary) for r in results] for label, fmt in _FIGURES]
+    rows += [[label] + [fmt(r) for r in results] for label, fmt in _COST]
     if any("time_base" in r.meta for r in results):  # figures in different clocks do not compare
         rows.insert(0, ["time base"] + [_time_base(r) for r in results])
     for label, name in _LATENCIES:

@@ -127,6 +127,9 @@ class Summary:
     """The SLOs goodput was measured under; None when none were given."""
     goodput_per_s: float | None = None
     """Successful requests meeting every SLO, per second of duration; None without SLOs."""
+    slo_attainment: float | None = None
+    """Share of sent requests that met every SLO bound, 0..1 (a failed request counts as missed);
+    None without SLOs."""
     prefix_hit_rate: float = 0.0
     """Cached over prompt tokens, 0..1."""
     requests_per_backend: dict[str, int] = field(default_factory=dict)

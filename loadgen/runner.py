@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from loadgen.client import stream_request
 from loadgen.prompts import PromptBuilder
+from loadgen.cost import live_cost
 from loadgen.replicas import poll_replicas
 from loadgen.results import RequestRecord, RunResult, Slo
 from loadgen.stats import summarize
@@ -63,6 +64,8 @@ class RunnerConfig:
     """Router /metrics URL polled for the ready-replica count; None does not poll."""
     replicas_interval_s: float = 1.0
     """Seconds between replica-count polls."""
+    gpus_per_replica: int = 1
+    """GPUs each replica holds, for `meta.gpu_seconds`."""
     show_progress: bool = True
     """Show a tqdm bar on stderr (only when it is a terminal)."""
     meta: dict[str, Any] = field(default_factory=dict)
@@ -181,9 +184,10 @@ class OpenLoopRunner:
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             model = self.cfg.model or await _default_model(session, self.cfg.target_url)
             replicas: list[tuple[float, int]] = []
+            listed: list[tuple[float, int]] = []
             self._start = self._clock()  # time zero of the schedule and of every record
             self._time_scales.clear()
-            poller = self._start_poller(session, replicas)
+            poller = self._start_poller(session, replicas, listed)
             # objects from before the run (a loaded trace, earlier runs) leave the collector's
             # view: a full collection over them pauses every send for tens of milliseconds
             gc.freeze()
@@ -193,16 +197,18 @@ class OpenLoopRunner:
                 gc.unfreeze()
                 if poller is not None:
                     poller.cancel()
+            end_s = self.now_s()
         return RunResult(summary=summarize(records, self.cfg.slo), requests=records, replicas=replicas,
                          meta={"target": self.cfg.target_url, "model": model, "speedup": self.cfg.speedup,
-                               SEEN_KEY: count_scales(self._time_scales), **self.cfg.meta})
+                               SEEN_KEY: count_scales(self._time_scales),
+                               **live_cost(listed, end_s, self.cfg.gpus_per_replica), **self.cfg.meta})
 
-    def _start_poller(self, session: aiohttp.ClientSession,
-                      samples: list[tuple[float, int]]) -> asyncio.Task[None] | None:
+    def _start_poller(self, session: aiohttp.ClientSession, samples: list[tuple[float, int]],
+                      listed: list[tuple[float, int]]) -> asyncio.Task[None] | None:
         if self.cfg.replicas_url is None:
             return None
         return asyncio.create_task(poll_replicas(session, self.cfg.replicas_url, self.now_s,
-                                                 self.cfg.replicas_interval_s, samples))
+                                                 self.cfg.replicas_interval_s, samples, listed))
 
     async def _dispatch(self, session: aiohttp.ClientSession, model: str,
                         requests: Iterable[TraceRequest]) -> list[RequestRecord]:

@@ -86,6 +86,7 @@ def summarize(records: Sequence[RequestRecord], slo: Slo | None = None,
     completion = sum(r.completion_tokens for r in records)
     cached = sum(r.cached_tokens for r in records)
     backends = Counter(r.backend or "unknown" for r in ok)
+    met = 0 if slo is None else sum(meets_slo(r, slo) for r in ok)
     return Summary(
         num_requests=len(records), num_ok=len(ok), num_failed=len(records) - len(ok),
         duration_s=duration,
@@ -98,7 +99,8 @@ def summarize(records: Sequence[RequestRecord], slo: Slo | None = None,
         output_throughput_tok_per_s=completion * per_s,
         total_throughput_tok_per_s=(prompt + completion) * per_s,
         slo=slo,
-        goodput_per_s=None if slo is None else sum(meets_slo(r, slo) for r in ok) * per_s,
+        goodput_per_s=None if slo is None else met * per_s,
+        slo_attainment=None if slo is None or not records else met / len(records),
         prefix_hit_rate=cached / prompt if prompt else 0.0,
         requests_per_backend=dict(sorted(backends.items())),
         max_lateness_s=max((r.lateness_s for r in records), default=0.0),

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fake_engines.driver.serving import TIME_SCALE_HEADER
+from loadgen.cost import cost_in_time_scale
 from loadgen.results import RequestRecord, RunResult
 from loadgen.stats import summarize
 
@@ -126,6 +127,7 @@ def in_time_base(result: RunResult, base: TimeBase) -> RunResult:
     if base.scale is None:
         return dataclasses.replace(result, meta=meta)
     scale = base.scale
+    meta.update(cost_in_time_scale(meta, scale))
     records = [scaled_record(r, scale) for r in result.requests]
     return dataclasses.replace(result, summary=summarize(records, result.summary.slo), requests=records,
                                meta=meta, replicas=[(t / scale, n) for t, n in result.replicas])

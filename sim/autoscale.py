@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from loadgen.cost import ScaleEvent
 from policies.scaling import FleetState, ReplicaInfo, ReplicaState, ScalingPolicy, ScalingSignals
 from sim.replicas import ReplicaMetrics
 
@@ -45,6 +46,8 @@ class SimAutoscaler:
     last_scaled_at_s: float | None = None
     decisions: dict[str, int] = field(default_factory=dict)
     """reason -> count."""
+    scale_events: list[ScaleEvent] = field(default_factory=list)
+    """Every decision that launched or drained replicas."""
 
     def sample(self, now_s: float, metrics: Sequence[ReplicaMetrics], held: int) -> ScalingSignals:
         elapsed = now_s - self.last_decision_s
@@ -74,4 +77,7 @@ class SimAutoscaler:
         launch = max(0, decision.desired - fleet.current)
         if launch or decision.drain:
             self.last_scaled_at_s = now_s
+            after = fleet.current + launch - len(decision.drain)
+            self.scale_events.append(ScaleEvent(now_s, "up" if launch else "down", fleet.current, after,
+                                                decision.reason_label, decision.detail))
         return launch, tuple(int(r) for r in decision.drain)

@@ -62,3 +62,14 @@ def test_a_single_token_request_has_no_tpot_and_passes_that_slo():
 def test_bad_slo_specs_say_what_is_expected(spec, message):
     with pytest.raises(ValueError, match=message):
         parse_slo(spec)
+
+
+def test_slo_attainment_is_the_share_of_sent_requests_that_met_the_slo_failures_missed() -> None:
+    from loadgen.results import RequestRecord
+
+    recs = [RequestRecord(index=0, ttft_s=0.1, e2e_s=0.5, ok=True),
+            RequestRecord(index=1, ttft_s=0.9, e2e_s=1.0, ok=True),  # too slow
+            RequestRecord(index=2, error="HTTP 503"),  # failed: missed
+            RequestRecord(index=3, ttft_s=0.2, e2e_s=0.3, ok=True)]
+    assert summarize(recs, parse_slo("ttft=0.5")).slo_attainment == pytest.approx(0.5)
+    assert summarize(recs).slo_attainment is None
