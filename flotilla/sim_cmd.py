@@ -77,8 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", action="append", metavar="SPEC",
                    help="routing policy NAME[:key=value,...]; repeat to compare (default round-robin)")
     p.add_argument("--autoscale", action="append", default=[], metavar="SPEC",
-                   help="scaling policy NAME[:key=value,...] (seed, target-tracking, kpa, cold-start-aware); "
-                        "the fleet starts with --replicas and scales; repeat to compare")
+                   help="scaling policy NAME[:key=value,...] (seed, target-tracking, kpa, cold-start-aware, ...), "
+                        "or none for the fixed fleet; the fleet starts with --replicas and scales; repeat to "
+                        "compare on the same arrivals")
     p.add_argument("--no-autoscale", action="store_true",
                    help="with --fleet: keep the fleet at its starting size, without the file's autoscaler")
     p.add_argument("--cold-start", type=float, metavar="S",
@@ -93,7 +94,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print every run as loadgen result JSON")
     p.add_argument("--output", metavar="PREFIX", help="also write PREFIX-<policy>.json per run")
-    p.add_argument("--plot", metavar="PNG", help="write latency CDFs of the runs to this PNG")
+    p.add_argument("--plot", metavar="PNG", help="write latency CDFs of the runs and their replicas against "
+                                                  "the arrival rate to this PNG")
+    p.add_argument("--pareto", metavar="PNG", help="write GPU-seconds against SLO attainment of the runs to this PNG")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="a progress bar per run on stderr (default: when stderr is a terminal)")
 
@@ -187,6 +190,9 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         from loadgen.plots import plot_runs
         plot_runs(results, args.plot)
+    if args.pareto:
+        from loadgen.plots import plot_pareto
+        plot_pareto(results, args.pareto)
     if args.json:
         json.dump({"runs": [r.to_json() for r in results]}, sys.stdout, indent=1)
         sys.stdout.write("\n")

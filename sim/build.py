@@ -138,6 +138,8 @@ class FleetReplicas:
     """Weight of a replica added by scaling."""
     scaled_cold_start_s: float | None = None
     """Launch to ready of a replica added by scaling, as its engine models it."""
+    gpus: Callable[[int], int] = lambda index: 1
+    """GPUs replica i holds (tensor x pipeline parallel), for GPU-seconds."""
 
     def scaling_policy(self, spec: str | None) -> ScalingPolicy:
         """The scaling policy `spec` (None: the fleet file's) with the fleet file's autoscaler
@@ -169,7 +171,8 @@ def fleet_replicas(fleet: Fleet) -> FleetReplicas:
 
     return FleetReplicas(make, len(members), tuple(g.capacity_weight() for g in members),
                          lambda index: describe(group_of(index), engines[group_of(index).name]), fleet,
-                         scaled.capacity_weight(), engines[scaled.name].spec.cold_start_s)
+                         scaled.capacity_weight(), engines[scaled.name].spec.cold_start_s,
+                         lambda index: group_of(index).tensor_parallel * group_of(index).pipeline_parallel)
 
 
 up_fleet_replicas = fleet_replicas
@@ -187,7 +190,8 @@ def engine_replicas(spec: EngineSpec, replicas: int, seed: int = 0) -> FleetRepl
     """`replicas` copies of `spec`'s engine, a one-group fleet (fixed replicas for `fixed`)."""
     if spec.kind == "fixed":
         return FleetReplicas(FixedReplica, replicas, (), lambda index: {"group": "fixed", "flavor": "fixed",
-                                                                         "config": {}})
+                                                                         "config": {}},
+                             gpus=lambda index: spec.layout.tp * spec.layout.pp)
     return dataclasses.replace(fleet_replicas(Fleet(engines=(spec.group(replicas, seed),))), fleet=None)
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, overload
 
 from flotilla.kv_events import KVEvent, KVEventBatch
+from loadgen.cost import Span, cost_meta
 from loadgen.results import RequestRecord, RunResult, Slo
 from loadgen.stats import summarize
 from loadgen.trace import TraceRequest
@@ -96,6 +97,8 @@ class FleetSim:
     """Capacity weight of replica i (`BackendView.weight`) for i < len(weights); `default_weight` for the rest."""
     default_weight: float = 1.0
     """Weight of the replicas past `weights`: those an autoscaler adds."""
+    gpus_of: Callable[[int], int] = lambda index: 1
+    """GPUs replica i holds, for `meta.gpu_seconds`."""
     kv_events_delay_s: float = KV_EVENTS_DELAY_S
     """With a policy that reads a KV index: an engine step's KV events reach it this long after
     the step ends."""
@@ -354,11 +357,23 @@ class FleetSim:
             "replicas_launched": len(self.replicas),
             "peak_ready_replicas": max(n for _, n in self.replica_counts),
         }
+        meta.update(self._cost())
         if self.autoscaler:
             meta["autoscale"] = self.autoscaler.policy.name
             meta["scaling_decisions"] = dict(sorted(self.autoscaler.decisions.items()))
             meta["peak_waiting"] = max((s.waiting for s in self.autoscaler.history), default=0.0)
         return RunResult(summary=summary, requests=self.records, meta=meta, replicas=self.replica_counts)
+
+
+    def _cost(self) -> dict[str, object]:
+        """Replica- and GPU-seconds from each replica's launch until it stopped, or until the last
+        request finished (the run's end: the fleet is not paid for past its workload)."""
+        ends = [r.send_time_s + r.e2e_s for r in self.records if r.e2e_s is not None]
+        end_s = max(ends, default=self.queue.now_s)
+        spans = [Span(life.started_at_s, max(life.started_at_s, min(end_s, life.stopped_at_s or end_s)),
+                      self.gpus_of(i)) for i, life in enumerate(self.lives)]
+        events = self.autoscaler.scale_events if self.autoscaler else []
+        return {**cost_meta(spans, events, len(self.lives) - self.num_replicas), "run_end_s": end_s}
 
 
 class _LazyViews(Sequence[BackendView]):

@@ -14,6 +14,8 @@ from sim.fleet import KV_EVENTS_DELAY_S, FleetSim, Replica
 from sim.replicas import Listener
 
 Workload = Callable[[], Iterable[TraceRequest]]
+NO_AUTOSCALE = "none"
+"""The `--autoscale` value of a fixed fleet, compared side by side with scaling policies."""
 
 
 def simulate(workload: Workload, spec: EngineSpec, replicas: int, policy: str, seed: int = 0,
@@ -44,9 +46,9 @@ def simulate(workload: Workload, spec: EngineSpec, replicas: int, policy: str, s
                    policy=create_policy(policy, rng=random.Random(seed)),
                    make_job=job_factory(spec if fleet is None else None),
                    scrape_interval_s=scrape_interval_s, slo=slo, autoscaler=scaler, weights=members.weights,
-                   default_weight=members.scaled_weight,
+                   default_weight=members.scaled_weight, gpus_of=members.gpus,
                    kv_events_delay_s=kv_events_delay_s)
-    label = policy if not autoscale else f"{policy} + {autoscale}"
+    label = f"{policy} + {autoscale}" if autoscale else policy
     result = sim.run(workload(), label=label)
     engine = {"engine": spec.kind, "model": spec.model, "gpu": spec.gpu} if fleet is None else {"engine": "fleet"}
     result.meta.update({**engine, "seed": seed, "scrape_interval_s": scrape_interval_s, "engines": built})
@@ -59,8 +61,17 @@ def compare(workload: Workload, spec: EngineSpec, replicas: int, policies: Seque
             scrape_interval_s: float | None = None, slo: Slo | None = None,
             autoscale: Sequence[str] = (), cold_start: float | None = None,
             fleet: FleetReplicas | None = None, kv_events_delay_s: float = KV_EVENTS_DELAY_S) -> list[RunResult]:
-    """Every routing policy, times every scaling policy when some are given, on the same arrivals."""
+    """Every routing policy, times every scaling policy when some are given, on the same arrivals.
+    The scaling policy `none` is the fixed fleet the run starts with."""
     scalers: Sequence[str | None] = list(autoscale) or [None]
-    return [simulate(workload, spec, replicas, p, seed, scrape_interval_s, slo, a, cold_start, fleet,
-                     kv_events_delay_s=kv_events_delay_s)
-            for p in policies for a in scalers]
+    results = []
+    for p in policies:
+        for a in scalers:
+            fixed = a is not None and a.strip() == NO_AUTOSCALE
+            result = simulate(workload, spec, replicas, p, seed, scrape_interval_s, slo, None if fixed else a,
+                              cold_start, fleet,
+                              kv_events_delay_s=kv_events_delay_s)
+            if fixed:
+                result.meta.update(label=f"{p} + {NO_AUTOSCALE}", autoscale=NO_AUTOSCALE)
+            results.append(result)
+    return results

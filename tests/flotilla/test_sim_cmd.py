@@ -165,3 +165,42 @@ def test_no_autoscale_keeps_a_fleet_file_at_its_starting_size(capsys: pytest.Cap
     (run,) = _fleet_runs(capsys, "--no-autoscale")
     assert run["meta"]["label"] == "prefix-capacity" and "autoscale" not in run["meta"]
     assert run["meta"]["replicas_launched"] == 3
+
+
+def test_side_by_side_autoscalers_report_what_each_fleet_cost_and_its_slo_attainment(tmp_path: Path) -> None:
+    # Hand-checked. One replica serves one request at a time for its service time (engine fixed),
+    # 2 GPUs each (-tp 2). A and B arrive at 0 for 1 s each: A's first token at 1 s, B's at 2 s
+    # (over the 1.5 s SLO); C arrives at 10 s and is done at 11 s, the run's end.
+    trace = tmp_path / "three.jsonl"
+    trace.write_text("".join(f'{{"timestamp_s": {t}, "input_length": 16, "output_length": 1, '
+                             f'"service_time_s": 1}}\n' for t in (0, 0, 10)))
+    out = _flotilla_sim("--trace", str(trace), "--engine", "fixed", "-tp", "2", "--replicas", "1",
+                        "--policy", "least-outstanding", "--autoscale", "none",
+                        "--autoscale", "seed:capacity_rps=0.2,target_utilization=1,interval_s=5",
+                        "--cold-start", "3", "--slo", "ttft=1.5", "--json")
+    assert out.returncode == 0, out.stderr
+    fixed, scaled = json.loads(out.stdout)["runs"]
+    # B missed: 2 of the 3 sent requests met the SLO, whatever the fleet
+    assert fixed["summary"]["slo_attainment"] == scaled["summary"]["slo_attainment"] == pytest.approx(2 / 3)
+    # the fixed replica is paid from 0 to 11 s
+    assert fixed["meta"]["label"] == "least-outstanding + none"
+    assert (fixed["meta"]["replica_seconds"], fixed["meta"]["gpu_seconds"]) == (pytest.approx(11), pytest.approx(22))
+    assert fixed["meta"]["scale_events"] == [] and fixed["meta"]["cold_starts"] == 0
+    # the seed rule sees 2 arrivals in its first 5 s: ceil(0.4 / 0.2) = 2 replicas, so one more is
+    # launched at 5 s and paid for from then (its 3 s cold start included) to 11 s: 11 + 6
+    assert (scaled["meta"]["replica_seconds"], scaled["meta"]["gpu_seconds"]) == (pytest.approx(17), pytest.approx(34))
+    assert scaled["meta"]["cold_starts"] == 1
+    [event] = scaled["meta"]["scale_events"]
+    assert (event["at_s"], event["direction"], event["from_replicas"], event["to_replicas"], event["reason"]) == (
+        5.0, "up", 1, 2, "scale-up")
+
+
+def test_the_comparison_table_and_pareto_plot_show_cost_against_slo(tmp_path: Path) -> None:
+    pareto = tmp_path / "pareto.png"
+    out = _flotilla_sim("--trace", EXAMPLE9, "--engine", "fixed", "--replicas", "2", "--autoscale", "none",
+                        "--autoscale", "kpa", "--cold-start", "5", "--slo", "ttft=1", "--pareto", str(pareto))
+    assert out.returncode == 0, out.stderr
+    head, _, *rows = out.stdout.splitlines()
+    assert all(word in head for word in ("SLO met", "replica-s", "GPU-s", "up/down", "cold"))
+    assert rows[0].startswith("round-robin + none") and rows[1].startswith("round-robin + kpa")
+    assert pareto.stat().st_size > 10_000
