@@ -41,8 +41,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def nested_parser(argv: Sequence[str]) -> argparse.ArgumentParser | None:
+    """The parser of `flotilla COMMAND SUB ...` where COMMAND's module lists SUB in SUBCOMMANDS
+    (`flotilla sim sweep`): COMMAND keeps its own flags, so SUB cannot be an argparse subparser."""
+    if len(argv) < 2 or argv[0] not in COMMANDS:
+        return None
+    subcommands = getattr(importlib.import_module(COMMANDS[argv[0]]), "SUBCOMMANDS", {})
+    if argv[1] not in subcommands:
+        return None
+    mod = importlib.import_module(subcommands[argv[1]])
+    parser = OneLineParser(prog=f"flotilla {argv[0]} {argv[1]}", description=getattr(mod, "DESCRIPTION", mod.HELP),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    mod.add_arguments(parser)
+    parser.set_defaults(_run=mod.run)
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    nested = nested_parser(argv)
+    args = nested.parse_args(argv[2:]) if nested is not None else build_parser().parse_args(argv)
     try:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
