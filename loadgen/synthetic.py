@@ -3,6 +3,13 @@
     poisson:rate=5,duration=60,input=512,output=128
     gamma:rate=2@0/10@30,burstiness=0.5,duration=60,input=lognormal:1000:0.8,lora=a:0.3/b:0.2
     agents:sessions=6,turns=5,system=2000,growth=2400/600/600/600/2400/600,think=2,stagger=0.1
+    diurnal:peak=8,trough=1,duration=1800,bursts=4,burst=3,burst_s=30,input=lognormal:1000:0.8
+
+`diurnal` follows a day's curve compressed into `duration` seconds: the rate is `trough` at
+`peak_hour` - 12 and rises along a cosine to `peak` at `peak_hour` (default 14, so the quietest
+moment is 2 am), held constant over each of `slots` equal parts of the day (default 96: 15
+minutes of the day each). `bursts` times, at seeded moments, the rate is multiplied by `burst`
+for `burst_s` seconds.
 
 Lengths are `N`, `uniform:LO:HI`, `exp:MEAN` or `lognormal:MEDIAN:SIGMA`. `lora=NAME:SHARE/...`
 sends that share of requests to each adapter and the rest to the base model. `system=N` starts
@@ -11,6 +18,7 @@ every prompt with the same N-token system prompt.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Iterator
@@ -20,7 +28,7 @@ from loadgen.agents import AgentSessions
 from loadgen.arrivals import RateProfile, arrival_times
 from loadgen.trace import TraceRequest
 
-__all__ = ["LengthDist", "LoraMix", "parse_spec", "synthetic_requests"]
+__all__ = ["DiurnalWorkload", "LengthDist", "LoraMix", "parse_spec", "synthetic_requests"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,72 @@ class OpenWorkload:
                                block_tokens=self.system_tokens or 512, lora=self.lora.pick(rng))
 
 
+@dataclass(frozen=True)
+class DiurnalWorkload:
+    """Open arrivals whose rate follows a day, compressed, with seeded bursts on top."""
+
+    peak: float = 8.0
+    """Requests per second at `peak_hour`."""
+    trough: float = 1.0
+    """Requests per second twelve hours from the peak."""
+    duration_s: float = 1800.0
+    """Seconds one whole day is compressed into."""
+    peak_hour: float = 14.0
+    """Hour of the day with the most traffic."""
+    start_hour: float = 0.0
+    """Hour of the day at time 0."""
+    slots: int = 96
+    """Parts of the day the rate is constant over."""
+    bursts: int = 0
+    """Bursts over the run, each at a seeded moment."""
+    burst: float = 3.0
+    """Rate multiplier during a burst."""
+    burst_s: float = 30.0
+    """Seconds a burst lasts."""
+    shape: OpenWorkload = OpenWorkload(RateProfile(((0.0, 1.0),)))
+    """Lengths, system prompt and adapters (its profile and duration are not used)."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.trough <= self.peak or self.peak <= 0:
+            raise ValueError(f"need 0 <= trough <= peak and peak > 0, got trough={self.trough} peak={self.peak}")
+        if self.duration_s <= 0 or self.slots < 1 or self.bursts < 0 or self.burst <= 0 or self.burst_s <= 0:
+            raise ValueError("duration, burst and burst_s must be > 0, slots >= 1 and bursts >= 0")
+
+    def day_rate(self, t_s: float) -> float:
+        """The curve's rate at `t_s`, before bursts, constant within a slot."""
+        slot_s = self.duration_s / self.slots
+        hour = (self.start_hour + 24.0 * (t_s // slot_s) * slot_s / self.duration_s) % 24.0
+        return self.trough + (self.peak - self.trough) * (1 + math.cos(2 * math.pi * (hour - self.peak_hour) / 24)) / 2
+
+    def profile(self, rng: random.Random) -> RateProfile:
+        """The piecewise-constant rate: the day's slots, bursts (drawn from `rng`) multiplied in."""
+        starts = [rng.uniform(0.0, max(0.0, self.duration_s - self.burst_s)) for _ in range(self.bursts)]
+        slot_s = self.duration_s / self.slots
+        bounds = sorted({*(i * slot_s for i in range(self.slots)), *starts,
+                         *(min(self.duration_s, b + self.burst_s) for b in starts)} - {self.duration_s})
+
+        def rate(t: float) -> float:
+            bursting = sum(1 for b in starts if b <= t < b + self.burst_s)
+            return self.day_rate(t) * self.burst ** bursting
+
+        return RateProfile(tuple((t, rate(t)) for t in bounds))
+
+    def requests(self, rng: random.Random) -> Iterator[TraceRequest]:
+        return dataclasses.replace(self.shape, profile=self.profile(rng), duration_s=self.duration_s).requests(rng)
+
+    @classmethod
+    def from_options(cls, opts: dict[str, str]) -> DiurnalWorkload:
+        numbers = {"peak": "peak", "trough": "trough", "duration": "duration_s", "peak_hour": "peak_hour",
+                   "start_hour": "start_hour", "burst": "burst", "burst_s": "burst_s"}
+        counts = {"slots", "bursts"}
+        shape_keys = {"input", "output", "system", "lora"}
+        if unknown := sorted(set(opts) - set(numbers) - counts - shape_keys):
+            raise ValueError(f"unknown diurnal option(s) {unknown}; known: {sorted({*numbers, *counts, *shape_keys})}")
+        shape = _open_workload("poisson", {k: v for k, v in opts.items() if k in shape_keys})
+        return cls(**{numbers[k]: float(v) for k, v in opts.items() if k in numbers},
+                   **{k: int(v) for k, v in opts.items() if k in counts}, shape=shape)
+
+
 def _fields(body: str) -> dict[str, str]:
     out = {}
     for part in filter(None, body.split(",")):
@@ -139,14 +213,16 @@ def _open_workload(kind: str, opts: dict[str, str]) -> OpenWorkload:
     )
 
 
-def parse_spec(spec: str) -> OpenWorkload | AgentSessions:
+def parse_spec(spec: str) -> OpenWorkload | AgentSessions | DiurnalWorkload:
     """A workload from `KIND:KEY=VALUE,...` (see the module docstring); a bad option is a
     ValueError quoting the spec."""
     kind, _, body = spec.partition(":")
-    if kind not in ("agents", "poisson", "gamma"):
-        raise ValueError(f"unknown synthetic workload {kind!r}; use poisson, gamma or agents")
+    if kind not in ("agents", "poisson", "gamma", "diurnal"):
+        raise ValueError(f"unknown synthetic workload {kind!r}; use poisson, gamma, diurnal or agents")
     try:
         opts = _fields(body)
+        if kind == "diurnal":
+            return DiurnalWorkload.from_options(opts)
         return AgentSessions.from_options(opts) if kind == "agents" else _open_workload(kind, opts)
     except (ValueError, TypeError) as exc:  # e.g. int('x'): say which spec it came from
         raise ValueError(f"synthetic workload {spec!r}: {exc}") from None

@@ -1,3 +1,4 @@
+import math
 import random
 import statistics
 
@@ -53,3 +54,33 @@ def test_bad_specs_say_what_is_wrong(spec, message):
 def test_lora_shares_over_one_are_rejected():
     with pytest.raises(ValueError, match="sum to <= 1"):
         LoraMix.parse("a:0.7/b:0.4")
+
+
+def test_diurnal_rate_follows_the_day_from_trough_at_2am_to_peak_at_2pm() -> None:
+    from loadgen.synthetic import DiurnalWorkload
+
+    day = DiurnalWorkload(peak=10, trough=2, duration_s=2400, slots=24)  # 100 s per hour of the day
+    assert day.day_rate(200) == pytest.approx(2) and day.day_rate(1400) == pytest.approx(10)
+    assert day.day_rate(850) == pytest.approx(day.day_rate(899))  # constant within the slot
+    assert day.day_rate(800) == pytest.approx(2 + 8 * (1 + math.cos(2 * math.pi * -6 / 24)) / 2)
+
+
+def test_diurnal_bursts_multiply_the_rate_at_seeded_moments_and_replay_exactly() -> None:
+    import random
+
+    from loadgen.synthetic import parse_spec
+
+    spec = "diurnal:peak=4,trough=4,duration=600,bursts=1,burst=5,burst_s=60,input=64,output=8"
+    profile = parse_spec(spec).profile(random.Random(3))  # type: ignore[union-attr]
+    assert sorted({rate for _, rate in profile.steps}) == [4.0, 20.0]
+    start = min(t for t, r in profile.steps if r == 20.0)
+    assert min(t for t, r in profile.steps if t > start and r == 4.0) == pytest.approx(start + 60)
+    first, again = list(synthetic_requests(spec, seed=3)), list(synthetic_requests(spec, seed=3))
+    assert first == again and 600 * 4 * 0.8 < len(first) < (600 * 4 + 60 * 16) * 1.2
+    burst = sum(1 for r in first if start <= r.timestamp_s < start + 60)
+    assert burst > 3 * 60 * 4  # five times the base rate for that minute
+
+
+def test_an_unknown_diurnal_option_is_named() -> None:
+    with pytest.raises(ValueError, match="unknown diurnal option.*'peek'"):
+        list(synthetic_requests("diurnal:peek=3"))
