@@ -21,6 +21,7 @@ from typing import Protocol
 
 from fake_engines.core import EngineCore, EngineRequest, RequestOutput, ScheduledStep
 from fake_engines.perf.batch import StepBatch
+from flotilla.kv_events import KVEvent
 
 
 @dataclass
@@ -113,13 +114,17 @@ class LiveDriver:
     """
 
     def __init__(self, core: EngineCore, step_time_s: Callable[[StepBatch], float], time_scale: float = 1.0,
-                 observer: DriverObserver | None = None) -> None:
+                 observer: DriverObserver | None = None,
+                 kv_event_sink: Callable[[list[KVEvent]], None] | None = None) -> None:
         if time_scale <= 0:
             raise ValueError(f"time_scale={time_scale!r}: must be > 0")
         self.core = core
         self.step_time_s = step_time_s
         self.time_scale = time_scale
         self.observer = observer
+        self.kv_event_sink = kv_event_sink
+        """Gets each finished step's KV cache events (`core.take_kv_events()`) when there are any,
+        as vLLM's scheduler publishes one batch per step; None: events are not drained."""
         self.handles: dict[str, RequestHandle] = {}
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -250,6 +255,10 @@ class LiveDriver:
 
     def _finish(self, step: ScheduledStep, started_s: float, finished_s: float) -> None:
         outputs = self.core.finish_step(step)
+        if self.kv_event_sink is not None:
+            events = self.core.take_kv_events()
+            if events:
+                self.kv_event_sink(events)
         touched: dict[str, RequestHandle] = {}
         previous: dict[str, float] = {}
         for out in outputs:

@@ -134,6 +134,8 @@ def _flag_words(flag: str, name: str, value: Any) -> list[str]:
         return [flag, ",".join(f"{v:g}" for v in value)] if value else []
     if name == "catalogue":
         return [w for path in value for w in (flag, str(path))]
+    if name == "kv_events_config":
+        return [flag, vllm_config.kv_events_config_of(value).to_json() if isinstance(value, dict) else value.to_json()]
     return [flag, f"{value:g}" if isinstance(value, float) else str(value)]
 
 

@@ -7,8 +7,11 @@ group's command line with, so the same flags give the same config everywhere.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from fake_engines.core import HASH_ALGOS
 from flotilla.cli_errors import OneLineParser, port_number
@@ -20,6 +23,105 @@ AUTO_MAX_MODEL_LEN = -1
 
 class ServeConfigError(FlagError):
     """A flag value the server cannot start with; the message names the flag."""
+
+
+KV_EVENT_PUBLISHERS = ("null", "zmq")
+
+
+@dataclass(frozen=True)
+class KVEventsConfig:
+    """vLLM 0.32's `KVEventsConfig` (vllm/config/kv_events.py): `--kv-events-config` JSON."""
+
+    enable_kv_cache_events: bool = False
+    """Record BlockStored / BlockRemoved / AllBlocksCleared as the KV cache changes."""
+    publisher: str | None = None
+    """"zmq" or "null"; None: "zmq" when events are enabled, else "null" (vLLM's __post_init__)."""
+    endpoint: str = "tcp://*:5557"
+    """PUB socket: a `*` host, `::`, ipc:// or inproc:// binds; any other host connects."""
+    replay_endpoint: str | None = None
+    """ROUTER socket answering replay requests (always bound); None: no replay."""
+    buffer_steps: int = 10_000
+    """Batches kept for replay."""
+    hwm: int = 100_000
+    """ZMQ high-water mark of the PUB socket (messages queued per subscriber before dropping)."""
+    max_queue_size: int = 100_000
+    """vLLM's bound on batches waiting for its publisher thread; validated, unused here (the
+    look-alike sends on the event loop at once)."""
+    topic: str = ""
+    """First frame of every message; subscribers filter on its prefix."""
+
+    def __post_init__(self) -> None:
+        if self.publisher is None:
+            object.__setattr__(self, "publisher", "zmq" if self.enable_kv_cache_events else "null")
+        if self.publisher not in KV_EVENT_PUBLISHERS:
+            raise ServeConfigError(f"--kv-events-config: publisher must be one of {', '.join(KV_EVENT_PUBLISHERS)}, "
+                                   f"got {self.publisher!r}")
+        for name in ("buffer_steps", "hwm", "max_queue_size"):
+            if getattr(self, name) < 1:
+                raise ServeConfigError(f"--kv-events-config: {name} must be >= 1, got {getattr(self, name)}")
+
+    @property
+    def publishes(self) -> bool:
+        """Whether events go out on ZMQ (enabled, with the zmq publisher)."""
+        return self.enable_kv_cache_events and self.publisher == "zmq"
+
+    def to_json(self) -> str:
+        """The `--kv-events-config` value that gives this config."""
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
+
+
+def offset_endpoint_port(endpoint: str | None, data_parallel_rank: int) -> str | None:
+    """vLLM's `ZmqEventPublisher.offset_endpoint_port`: data-parallel rank r publishes on the
+    tcp port + r (port 0 stays 0), on an inproc name + `_dp{r}`; rank 0 keeps the endpoint.
+    ServeConfigError for another transport with r > 0, as vLLM's ValueError."""
+    if not endpoint or data_parallel_rank == 0:
+        return endpoint
+    if "inproc" in endpoint:
+        return f"{endpoint}_dp{data_parallel_rank}"
+    if "tcp" in endpoint:
+        if ":" not in endpoint:
+            return endpoint
+        base, _, port = endpoint.rpartition(":")
+        try:
+            base_port = int(port)
+        except ValueError:
+            raise ServeConfigError(f"--kv-events-config: endpoint {endpoint!r} has no port number") from None
+        return endpoint if base_port == 0 else f"{base}:{base_port + data_parallel_rank}"
+    raise ServeConfigError(f"--kv-events-config: endpoint {endpoint!r} with -dp > 1: "
+                           "Invalid endpoint: must contain 'inproc' or 'tcp'")
+
+
+_KV_EVENTS_TYPES: dict[str, tuple[type, ...]] = {
+    "enable_kv_cache_events": (bool,), "publisher": (str, type(None)), "endpoint": (str,),
+    "replay_endpoint": (str, type(None)), "buffer_steps": (int,), "hwm": (int,), "max_queue_size": (int,),
+    "topic": (str,)}
+
+
+def kv_events_config_of(value: str | dict[str, Any]) -> KVEventsConfig:
+    """`--kv-events-config` JSON (or its decoded object) to a KVEventsConfig; ServeConfigError
+    names the field that is unknown or of the wrong type, as vLLM's pydantic check refuses it."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ServeConfigError(f"--kv-events-config: not JSON ({exc.msg} at position {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise ServeConfigError("--kv-events-config: expected a JSON object")
+    for name, item in value.items():
+        if name not in _KV_EVENTS_TYPES:
+            raise ServeConfigError(f"--kv-events-config: unknown field {name!r}; known: {', '.join(_KV_EVENTS_TYPES)}")
+        kinds = _KV_EVENTS_TYPES[name]
+        if not isinstance(item, kinds) or (isinstance(item, bool) and bool not in kinds):
+            raise ServeConfigError(f"--kv-events-config: {name} must be {' or '.join(k.__name__ for k in kinds)}, "
+                                   f"got {item!r}")
+    return KVEventsConfig(**value)
+
+
+def _kv_events_arg(text: str) -> KVEventsConfig:
+    try:
+        return kv_events_config_of(text)
+    except ServeConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--kv-events-config: ")) from None
 
 
 @dataclass
@@ -74,6 +176,8 @@ class VllmServeConfig:
     """Adapters loaded at start: name -> path."""
     enable_prompt_tokens_details: bool = False
     """Report usage.prompt_tokens_details.cached_tokens."""
+    kv_events_config: KVEventsConfig | None = None
+    """--kv-events-config: publish KV cache events as vLLM does; None: no events."""
     gpu: str = "h100"
     """Catalogue GPU the look-alike pretends to run on."""
     link: str = "nvlink"
@@ -122,6 +226,12 @@ class VllmServeConfig:
                 raise ServeConfigError(f"an explicit model shape needs {', '.join('--' + m.replace('_', '-') for m in missing)}")
         if self.lora_modules and not self.enable_lora:
             raise ServeConfigError("--lora-modules needs --enable-lora")
+        if isinstance(self.kv_events_config, dict):  # given in Python (a fleet's engine options)
+            self.kv_events_config = kv_events_config_of(self.kv_events_config)
+        if self.kv_events_config is not None and self.kv_events_config.publishes:
+            for rank in range(1, self.data_parallel_size):  # each rank's endpoints must exist
+                offset_endpoint_port(self.kv_events_config.endpoint, rank)
+                offset_endpoint_port(self.kv_events_config.replay_endpoint, rank)
 
     @property
     def model_name(self) -> str:
@@ -207,6 +317,9 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser,
     serve.add_argument("--max-lora-rank", type=int, default=16)
     serve.add_argument("--lora-modules", nargs="+", default=[], metavar="NAME=PATH")
     serve.add_argument("--enable-prompt-tokens-details", action="store_true")
+    serve.add_argument("--kv-events-config", type=_kv_events_arg, default=None, metavar="JSON",
+                       help='vLLM\'s KVEventsConfig, e.g. {"enable_kv_cache_events": true, "publisher": "zmq", '
+                            '"endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic": "kv-events"}')
     from fake_engines.driver.faults import add_fault_arguments
 
     add_fault_arguments(serve)
@@ -256,7 +369,8 @@ def config_from_args(args: argparse.Namespace) -> VllmServeConfig:
         prefix_caching_hash_algo=args.prefix_caching_hash_algo, num_gpu_blocks_override=args.num_gpu_blocks_override,
         enable_lora=args.enable_lora, max_loras=args.max_loras, max_lora_rank=args.max_lora_rank,
         lora_modules=parse_lora_modules(args.lora_modules),
-        enable_prompt_tokens_details=args.enable_prompt_tokens_details, gpu=args.gpu, link=args.link,
+        enable_prompt_tokens_details=args.enable_prompt_tokens_details, kv_events_config=args.kv_events_config,
+        gpu=args.gpu, link=args.link,
         catalogue=tuple(args.catalogue), dtype=args.dtype, time_scale=args.time_scale, seed=args.seed,
         load_gbps=args.load_gbps, startup_s=args.startup_seconds, warmup_s=args.warmup_seconds,
         mean_output_tokens=args.mean_output_tokens)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from fake_engines.factory import build_engine
 from fake_engines.vllm import engine
 from fake_engines.vllm.config import VLLM_VERSION, VllmServeConfig
 from fake_engines.vllm.errors import VllmError, parse_json_body, validation_error
+from fake_engines.vllm.kv_publisher import ZmqKvEventPublisher
 from fake_engines.vllm.metrics import METRICS_CONTENT_TYPE, VllmMetrics
 from fake_engines.vllm.shapes import model_card
 from fake_engines.vllm.telemetry import VllmTelemetry
@@ -32,6 +34,8 @@ class EngineUnit:
     """Runs the core in (scaled) real time."""
     telemetry: VllmTelemetry
     """Feeds the metrics from this engine's events."""
+    kv_publisher: ZmqKvEventPublisher | None = None
+    """Publishes this engine's KV cache events (--kv-events-config with the zmq publisher)."""
 
     def load_score(self) -> int:
         """vLLM's DP load balancing score: waiting requests weigh four times running ones."""
@@ -101,13 +105,37 @@ def build_server(config: VllmServeConfig) -> VllmServer:
     metrics = VllmMetrics(config.model_name, spec.max_model_len,
                           engine.cache_config_labels(config, spec),
                           max_loras=config.max_loras if config.enable_lora else None, engines=ranks)
-    units = []
-    for rank in ranks:
-        core = built.new_core()
-        telemetry = VllmTelemetry(metrics, core, rank)
-        units.append(EngineUnit(LiveDriver(core, built.step_time, config.time_scale, telemetry), telemetry))
+    units: list[EngineUnit] = []
+    try:
+        for rank in ranks:
+            core = built.new_core()
+            telemetry = VllmTelemetry(metrics, core, rank)
+            publisher, sink = _kv_events_out(config, int(rank))
+            driver = LiveDriver(core, built.step_time, config.time_scale, telemetry, kv_event_sink=sink)
+            units.append(EngineUnit(driver, telemetry, publisher))
+    except Exception:  # a later rank's endpoint is taken: let go of the earlier ranks' sockets
+        for unit in units:
+            if unit.kv_publisher is not None:
+                unit.kv_publisher.close_sockets()
+        raise
     sampler = OutputLengthSampler(seed=config.seed, mean_output_tokens=config.mean_output_tokens)
     return VllmServer(config, spec, units, metrics, sampler, loras=dict(config.lora_modules))
+
+
+def _kv_events_out(config: VllmServeConfig, rank: int) -> tuple[ZmqKvEventPublisher | None, Callable | None]:
+    """Where one engine's KV events go: a ZMQ publisher, or nowhere with the null publisher
+    (vLLM still records them then); (None, None) when events are off."""
+    events = config.kv_events_config
+    if events is None or not events.enable_kv_cache_events:
+        return None, None
+    if not events.publishes:
+        return None, _drop
+    publisher = ZmqKvEventPublisher(events, rank)
+    return publisher, publisher.publish
+
+
+def _drop(events: list) -> None:
+    """The null publisher."""
 
 
 def create_app(config: VllmServeConfig, allow_runtime_lora: bool | None = None) -> web.Application:
@@ -132,6 +160,10 @@ def create_app(config: VllmServeConfig, allow_runtime_lora: bool | None = None) 
     if allow_runtime_lora:
         app.router.add_post("/v1/load_lora_adapter", load_lora_adapter)
         app.router.add_post("/v1/unload_lora_adapter", unload_lora_adapter)
+    from fake_engines.vllm import dev_routes
+
+    if dev_routes.dev_mode():
+        dev_routes.add_dev_routes(app)
     app.on_startup.append(_start_driver)
     app.on_cleanup.append(_stop_driver)
     app.on_response_prepare.append(_server_header)
@@ -146,11 +178,21 @@ async def _server_header(request: web.Request, response: web.StreamResponse) -> 
 async def _start_driver(app: web.Application) -> None:
     for unit in app[SERVER_KEY].engines:
         unit.driver.start()
+        if unit.kv_publisher is not None:
+            unit.kv_publisher.start()
 
 
 async def _stop_driver(app: web.Application) -> None:
     for unit in app[SERVER_KEY].engines:
         await unit.driver.stop()
+    await close_kv_publishers(app[SERVER_KEY])
+
+
+async def close_kv_publishers(server: VllmServer) -> None:
+    """Close every engine's KV event sockets (idempotent)."""
+    for unit in server.engines:
+        if unit.kv_publisher is not None:
+            await unit.kv_publisher.close()
 
 
 @web.middleware

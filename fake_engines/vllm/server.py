@@ -8,7 +8,7 @@ import logging
 from fake_engines.driver import faults as fault_hooks
 from fake_engines.driver.running import RunningEngine
 from fake_engines.driver.serving import bind_socket, start_on_socket
-from fake_engines.vllm.app import SERVER_KEY, VllmServer, create_app
+from fake_engines.vllm.app import SERVER_KEY, VllmServer, close_kv_publishers, create_app
 from fake_engines.vllm.config import VllmServeConfig
 
 log = logging.getLogger("fake_engines.vllm")
@@ -29,6 +29,11 @@ class RunningVllm(RunningEngine):
         await self.server.drain()
         await self.close()
 
+    async def close(self) -> None:
+        """Stop serving and the engine loops, and close the KV event sockets (also during the cold start)."""
+        await super().close()
+        await close_kv_publishers(self.server)
+
 
 async def start_vllm(config: VllmServeConfig, cold_start: bool = True,
                      faults: fault_hooks.FaultInjector | None = None) -> RunningVllm:
@@ -40,7 +45,11 @@ async def start_vllm(config: VllmServeConfig, cold_start: bool = True,
     app = create_app(config)
     faults = faults or fault_hooks.FaultInjector(api_key=config.api_key)
     fault_hooks.install(app, faults, [unit.driver for unit in app[SERVER_KEY].engines])
-    sock = bind_socket(config.host, config.port)
+    try:
+        sock = bind_socket(config.host, config.port)
+    except OSError:
+        await close_kv_publishers(app[SERVER_KEY])
+        raise
     running = RunningVllm(runner=None, sock=sock, app=app, ready=asyncio.Event(), bound_port=sock.getsockname()[1])
     delay_s = running.server.spec.cold_start_s * config.time_scale * faults.initial.slow_start_factor \
         if cold_start else 0.0
