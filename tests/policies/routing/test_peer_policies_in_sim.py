@@ -1,0 +1,23 @@
+"""The peers' algorithms run in the simulator, as every policy does: `flotilla sim --policy NAME`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flotilla.cli import main
+
+TRACE = Path(__file__).resolve().parents[2] / "data" / "traces" / "mooncake_conversation.first60s.jsonl"
+
+
+@pytest.mark.parametrize("policy", ["sglang-cache-aware", "llm-d", "dynamo-kv", "aibrix-prefix"])
+def test_flotilla_sim_runs_the_peer_policy_on_a_mooncake_slice(policy: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["sim", "--trace", str(TRACE), "--replicas", "3", "--max-requests", "30", "--policy", policy,
+                 "--json", "--no-progress"])
+    assert code == 0
+    (only,) = json.loads(capsys.readouterr().out)["runs"]
+    assert only["meta"]["policy"] == policy
+    assert len(only["requests"]) == 30
+    assert sum(only["meta"]["decisions_by_rule"].values()) == 30
