@@ -53,3 +53,17 @@ class Actuator(abc.ABC):
     async def exited(self) -> list[str]:
         """Replicas that stopped on their own (crashed) since they were started."""
         return []
+
+
+class ObserveNothing(Actuator):
+    """The actuator of a recommend-only autoscaler without Kubernetes: it starts and stops
+    nothing (the loop never asks it to), so the fleet the policy sees is the proxy's pool."""
+
+    async def start_replica(self) -> ReplicaHandle:
+        raise ActuatorError("recommend-only: this autoscaler starts no replica")
+
+    async def stop_replica(self, replica_id: str, grace_s: float = 10.0) -> None:
+        raise ActuatorError("recommend-only: this autoscaler stops no replica")
+
+    async def shutdown(self) -> None:
+        return None

@@ -7,6 +7,8 @@
       min: 1
       max: 4
       interval_s: 5
+      recommend_only: false           # true: decide and export, let HPA or KEDA act
+      pool: vllm                      # the `pool` label of flotilla_autoscaler_desired_replicas
 
 Flags given on the command line win over the file.
 """
@@ -87,6 +89,20 @@ class AutoscaleConfig:
     """DockerSettings fields (socket_path, image, network, port, labels, compose_service, fleet)."""
     kubernetes: dict = field(default_factory=dict)
     """KubernetesSettings fields (workload, service, namespace, port_name, kubeconfig, context)."""
+    recommend_only: bool = False
+    """Decide and export `flotilla_autoscaler_desired_replicas{pool}`, start and stop nothing: HPA
+    or KEDA acts on the metric. The fleet the policy sees is the kubernetes actuator's pods (it
+    only watches them), else every replica in the proxy's pool."""
+    pool: str | None = None
+    """The `pool` label of the desired-replicas metric; None: the Kubernetes workload's name, else
+    `default`."""
+
+    @property
+    def pool_label(self) -> str:
+        if self.pool:
+            return self.pool
+        workload = self.kubernetes.get("workload") if self.actuator == "kubernetes" else None
+        return str(workload).rpartition("/")[2] if workload else "default"
 
     def __post_init__(self) -> None:
         try:
@@ -99,7 +115,8 @@ class AutoscaleConfig:
             raise ConfigError("flavor", self.flavor, f"must be one of {', '.join(FLAVORS)}")
         if isinstance(self.weight, bool) or not isinstance(self.weight, int | float) or not 0 < self.weight < float("inf"):
             raise ConfigError("weight", self.weight, "must be a number > 0")
-        if self.actuator == "local" and not (self.engine_cmd and shlex.split(self.engine_cmd)):
+        needs_cmd = self.actuator == "local" and not self.recommend_only
+        if needs_cmd and not (self.engine_cmd and shlex.split(self.engine_cmd)):
             raise ConfigError("engine_cmd", self.engine_cmd, "the local actuator needs the engine command line")
         for name in ("interval_s", "sample_interval_s"):
             value = getattr(self, name)
@@ -119,6 +136,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("autoscaler")
     g.add_argument("--autoscale", metavar="SPEC", default=None,
                    help="run the autoscaler with this scaling policy NAME[:key=value,...]")
+    g.add_argument("--autoscale-recommend-only", action="store_true", default=None,
+                   help="decide and export flotilla_autoscaler_desired_replicas{pool} on /metrics, start and "
+                        "stop nothing (HPA or KEDA scales; docs/autoscaling.md#hpa-and-keda)")
+    g.add_argument("--autoscale-pool", default=None, metavar="NAME",
+                   help="the pool label of that metric (default: the Kubernetes workload's name, else default)")
     g.add_argument("--actuator", choices=ACTUATORS, default=None, help="how replicas start and stop (default local)")
     g.add_argument("--engine-cmd", default=None, help="one replica's command line (local actuator)")
     g.add_argument("--engine-flavor", choices=FLAVORS, default=None, help="default: guessed from --engine-cmd")
@@ -145,7 +167,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 # flag -> (config field, nested section or None)
 _FLAGS = {
-    "autoscale": ("policy", None), "actuator": ("actuator", None), "engine_cmd": ("engine_cmd", None),
+    "autoscale": ("policy", None), "actuator": ("actuator", None),
+    "autoscale_recommend_only": ("recommend_only", None), "autoscale_pool": ("pool", None), "engine_cmd": ("engine_cmd", None),
     "engine_flavor": ("flavor", None), "min_replicas": ("min_replicas", None),
     "max_replicas": ("max_replicas", None), "autoscale_interval_s": ("interval_s", None),
     "autoscale_time_scale": ("time_scale", None), "drain_timeout_s": ("drain_timeout_s", None),
@@ -226,6 +249,7 @@ _TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
     "prometheus_queries": (lambda v: isinstance(v, list | tuple) and all(isinstance(q, str) for q in v),
                            "a list of FIELD=PROMQL strings"),
     "hold": (_is(dict), "a mapping"), "docker": (_is(dict), "a mapping"), "kubernetes": (_is(dict), "a mapping"),
+    "recommend_only": (lambda v: isinstance(v, bool), "true or false"), "pool": (_is(str), "a string"),
 }
 
 

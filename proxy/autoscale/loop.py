@@ -31,7 +31,7 @@ from proxy.autoscale.actuator import Actuator, ActuatorError, ReplicaHandle
 from proxy.autoscale.metrics import AutoscalerMetrics
 from proxy.autoscale.signals import SERVING_STATES, SignalHistory
 from proxy.config import BackendSpec
-from proxy.pool import BackendPool
+from proxy.pool import Backend, BackendPool
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,8 @@ class LoopSettings:
     """Cold start assumed before one is measured; None: the policy's `cold_start_s`, else 60 s."""
     weight: float = 1.0
     """Capacity weight of the replicas it adds to the pool (`BackendSpec.weight`)."""
+    recommend_only: bool = False
+    """Decide and export the desired count, start and drain nothing (HPA or KEDA acts)."""
 
 
 @dataclass
@@ -118,6 +120,8 @@ class Autoscaler:
         """Every decision taken, oldest first (bounded), for logs and tests."""
         self._wake = asyncio.Event()
         self._from_zero = False
+        self._observes = True
+        """False once the actuator said it follows no replicas: a recommend-only fleet is then the pool."""
         self._drains: set[asyncio.Task] = set()
 
     @property
@@ -170,6 +174,10 @@ class Autoscaler:
 
     async def _scale_from_zero(self, now: float) -> None:
         if self.fleet_state(now).current == 0 and self.policy.limits.max_replicas > 0:
+            if self.settings.recommend_only:  # HPA or KEDA starts it, on the metric
+                if self.metrics is not None:
+                    self.metrics.desired.set(1)
+                return
             log.info("autoscaler: a request is waiting with no replica: starting one")
             await self.start_replicas(1, now)
             if self.metrics is not None:
@@ -179,7 +187,10 @@ class Autoscaler:
     # --- the fleet as policies see it ---------------------------------------------------------
 
     def fleet_state(self, now: float) -> FleetState:
-        infos = tuple(self._info(rid, r) for rid, r in self.replicas.items())
+        if self.settings.recommend_only and not self._observes:
+            infos = tuple(_pool_info(b) for b in self.pool if b.state is not BackendState.DRAINING)
+        else:
+            infos = tuple(self._info(rid, r) for rid, r in self.replicas.items())
         return FleetState(now_s=now, replicas=infos, cold_start_s=self.measured_cold_start_s,
                           last_scaled_at_s=self.last_scaled_at_s)
 
@@ -238,6 +249,7 @@ class Autoscaler:
     async def _adopt_discovered(self, now: float) -> None:
         """Follow an actuator that learns its replicas from outside (Kubernetes EndpointSlices)."""
         found = await self.actuator.replicas()
+        self._observes = found is not None
         if found is None:
             return
         ids = {h.replica_id for h in found}
@@ -265,6 +277,8 @@ class Autoscaler:
     # --- acting ------------------------------------------------------------------------------
 
     async def act(self, decision: ScalingDecision, fleet: FleetState, now: float) -> None:
+        if self.settings.recommend_only:  # the decision is on /metrics; HPA or KEDA acts on it
+            return
         if decision.desired > fleet.current:
             await self.start_replicas(decision.desired - fleet.current, now)
         for replica_id in decision.drain:
@@ -323,6 +337,13 @@ class Autoscaler:
         await asyncio.gather(*self._drains, return_exceptions=True)
         await self.actuator.shutdown()
         self.replicas.clear()
+
+
+def _pool_info(backend: Backend) -> ReplicaInfo:
+    """A backend of the proxy's pool as a replica of a recommend-only fleet (launch time unknown)."""
+    ready = backend.state in SERVING_STATES
+    return ReplicaInfo(backend.url, ReplicaState.READY if ready else ReplicaState.STARTING, 0.0,
+                       0.0 if ready else None, in_flight=backend.in_flight)
 
 
 def replica_counts(fleet: FleetState) -> dict[str, int]:

@@ -12,10 +12,11 @@ from policies.scaling.observe import METRICS, REASON_LABELS, STATE_LABELS, Decis
 
 
 class AutoscalerMetrics:
-    def __init__(self, registry: CollectorRegistry, policy: str) -> None:
+    def __init__(self, registry: CollectorRegistry, policy: str, pool: str = "default") -> None:
         self.policy = policy
+        # labelled by pool, so the Prometheus adapter (HPA) or KEDA selects the pool it scales
         self.desired = Gauge("flotilla_autoscaler_desired_replicas", METRICS["flotilla_autoscaler_desired_replicas"],
-                             registry=registry)
+                             ["pool"], registry=registry).labels(pool)
         self.replicas = Gauge("flotilla_autoscaler_replicas", METRICS["flotilla_autoscaler_replicas"], ["state"],
                               registry=registry)
         self.decisions = Counter("flotilla_autoscaler_decisions", METRICS["flotilla_autoscaler_decisions"],

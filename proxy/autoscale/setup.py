@@ -24,7 +24,7 @@ from aiohttp import web
 from policies.scaling import create_policy
 from policies.scaling.base import ScalingPolicy
 from proxy.app import PROXY_KEY
-from proxy.autoscale.actuator import Actuator
+from proxy.autoscale.actuator import Actuator, ObserveNothing
 from proxy.autoscale.config import AutoscaleConfig
 from proxy.autoscale.holder import Holder, hold_middleware
 from proxy.autoscale.local import LocalActuator, guess_flavor
@@ -58,6 +58,8 @@ def engine_flavor(config: AutoscaleConfig) -> str:
 
 def build_actuator(config: AutoscaleConfig) -> Actuator:
     flavor = engine_flavor(config)
+    if config.recommend_only and config.actuator != "kubernetes":
+        return ObserveNothing()  # the loop sees the proxy's pool; the kubernetes actuator only watches pods
     if config.actuator == "local":
         assert config.engine_cmd  # AutoscaleConfig refuses the local actuator without one
         return LocalActuator(config.engine_cmd, flavor=flavor, log_dir=config.engine_log_dir)
@@ -106,7 +108,7 @@ class AutoscaleRuntime:
             source = PoolSignals(self.pool, self.arrivals, ttft_histogram, held=held)
         settings = LoopSettings(sample_interval_s=self.config.sample_interval_s,
                                 drain_timeout_s=self.config.drain_timeout_s, stop_grace_s=self.config.stop_grace_s,
-                                weight=self.config.weight)
+                                weight=self.config.weight, recommend_only=self.config.recommend_only)
         self.autoscaler = Autoscaler(self.policy, build_actuator(self.config), self.pool, source,
                                      ScaledClock(self.config.time_scale), settings, self.metrics)
         self.task = asyncio.create_task(self.autoscaler.run())
@@ -130,7 +132,7 @@ def attach(app: web.Application, config: AutoscaleConfig, pool: BackendPool | No
     proxy = app[PROXY_KEY]
     pool = pool if pool is not None else proxy.pool
     policy = build_policy(config)
-    metrics = AutoscalerMetrics(proxy.metrics.registry, policy.name)
+    metrics = AutoscalerMetrics(proxy.metrics.registry, policy.name, config.pool_label)
     arrivals = ArrivalCounter()
     holder = Holder(pool, config.hold, on_reject=metrics.hold_rejections.inc)
     runtime = AutoscaleRuntime(config, policy, pool, metrics, arrivals, holder)

@@ -119,12 +119,38 @@ def test_flags_and_fleet_file_build_the_config(tmp_path):
     ({"engine_cmd": "x", "flavor": "tgi"}, "flavor"),
     ({"engine_cmd": "x", "weight": 0}, "weight"),
     ({"engine_cmd": "x", "weight": "heavy"}, "weight"),
+    ({"recommend_only": "yes"}, "autoscaler.recommend_only"),
+    ({"recommend_only": True, "pool": 3}, "autoscaler.pool"),
 ])
 def test_bad_settings_name_the_field(raw, field):
     with pytest.raises(ConfigError) as info:
         config_from_mapping(raw)
     assert info.value.field == field
 
+
+
+def test_recommend_only_needs_no_engine_command_and_labels_its_pool(tmp_path):
+    """The flag and the fleet-file key; the pool label defaults to the Kubernetes workload's name."""
+    import argparse
+
+    from proxy.autoscale import add_arguments
+    from proxy.autoscale.actuator import ObserveNothing
+    from proxy.autoscale.setup import build_actuator
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config")
+    add_arguments(parser)
+    flags = config_from_args(parser.parse_args(["--autoscale", "kpa", "--autoscale-recommend-only"]))
+    assert flags.recommend_only and flags.engine_cmd is None and flags.pool_label == "default"
+    assert isinstance(build_actuator(flags), ObserveNothing)
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("autoscaler:\n  policy: kpa\n  recommend_only: true\n  actuator: kubernetes\n"
+                     "  kubernetes: {workload: deployment/vllm, service: vllm}\n")
+    from_file = config_from_args(parser.parse_args(["--config", str(fleet)]))
+    assert from_file.recommend_only and from_file.pool_label == "vllm"
+    named = config_from_args(parser.parse_args(["--config", str(fleet), "--autoscale-pool", "gpus"]))
+    assert named.pool_label == "gpus"
+    assert config_from_mapping({"policy": "kpa", "engine_cmd": "x"}).recommend_only is False
 
 
 @pytest.mark.parametrize("spec, words", [("seed:capacity_rps=-1", "capacity_rps"), ("hpa", "valid policies")])
