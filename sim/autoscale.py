@@ -8,7 +8,7 @@ drained ones stop once their last request finishes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from loadgen.cost import ScaleEvent
@@ -42,6 +42,10 @@ class SimAutoscaler:
     them (their load still shows in the signals, as in the proxy's pool)."""
     history: list[ScalingSignals] = field(default_factory=list)
     arrivals_since_last: int = 0
+    capacity_rps: Callable[[int, int], float] | None = None
+    """Requests per second one scaled replica completes at (prompt, output) tokens; None: unknown."""
+    tokens_since_last: tuple[int, int] = (0, 0)
+    """Prompt and output tokens of the requests that arrived since the last decision."""
     last_decision_s: float = 0.0
     last_scaled_at_s: float | None = None
     decisions: dict[str, int] = field(default_factory=dict)
@@ -54,16 +58,28 @@ class SimAutoscaler:
         rate = self.arrivals_since_last / elapsed if elapsed > 0 else 0.0
         kv = [m.kv_cache_usage for m in metrics]
         return ScalingSignals(
-            at_s=now_s, arrival_rate_rps=rate,
+            at_s=now_s, arrival_rate_rps=rate, replica_capacity_rps=self._capacity(),
             num_requests_waiting=float(sum(m.num_requests_waiting for m in metrics) + held),
             num_requests_running=float(sum(m.num_requests_running for m in metrics)),
             kv_cache_usage=sum(kv) / len(kv) if kv else None)
+
+    def arrived(self, prompt_tokens: int, output_tokens: int) -> None:
+        """Count one arrival and its lengths towards the next sample."""
+        self.arrivals_since_last += 1
+        prompt, output = self.tokens_since_last
+        self.tokens_since_last = (prompt + prompt_tokens, output + output_tokens)
+
+    def _capacity(self) -> float | None:
+        if self.capacity_rps is None or not self.arrivals_since_last:
+            return None
+        prompt, output = self.tokens_since_last
+        return self.capacity_rps(round(prompt / self.arrivals_since_last), round(output / self.arrivals_since_last))
 
     def decide(self, now_s: float, lives: Sequence[ReplicaLife], in_flight: Sequence[int],
                metrics: Sequence[ReplicaMetrics], held: int) -> tuple[int, tuple[int, ...]]:
         """(replicas to launch, replica indexes to drain) at `now_s`."""
         self.history.append(self.sample(now_s, metrics, held))
-        self.arrivals_since_last, self.last_decision_s = 0, now_s
+        self.arrivals_since_last, self.last_decision_s, self.tokens_since_last = 0, now_s, (0, 0)
         replicas = tuple(
             ReplicaInfo(replica_id=str(i), state=life.state, started_at_s=life.started_at_s,
                         ready_at_s=life.ready_at_s, in_flight=in_flight[i])

@@ -221,9 +221,25 @@ def simulated_autoscaler(replicas: FleetReplicas, policy: str, cold_start: float
 
     if replicas.fleet is None:
         start_s = cold_start if cold_start is not None else cold_start_s(spec)
-        return SimAutoscaler(create_policy(policy), cold_start_s=start_s)
+        capacity = None if spec.kind == "fixed" else replica_capacity(spec.group().engine_config())
+        return SimAutoscaler(create_policy(policy), cold_start_s=start_s, capacity_rps=capacity)
     start_s = cold_start if cold_start is not None else replicas.scaled_cold_start_s or 0.0
-    return SimAutoscaler(replicas.scaling_policy(policy), cold_start_s=start_s, first_index=replicas.first_scaled)
+    return SimAutoscaler(replicas.scaling_policy(policy), cold_start_s=start_s, first_index=replicas.first_scaled,
+                         capacity_rps=replica_capacity(replicas.fleet.autoscaled()[1].engine_config()))
+
+
+def replica_capacity(config: Any) -> Callable[[int, int], float]:
+    """Requests per second a replica of `config` completes at (prompt, output) tokens, as the
+    capacity model counts them; lengths are rounded to 64 tokens (8 for outputs) and remembered."""
+    import functools
+
+    from fake_engines.capacity import capacity_rps
+
+    @functools.lru_cache(maxsize=4096)
+    def rounded(prompt: int, output: int) -> float:
+        return capacity_rps(config, max(64, prompt), max(8, output))
+
+    return lambda prompt, output: rounded(64 * round(prompt / 64), 8 * round(output / 8))
 
 
 def job_factory(spec: EngineSpec | None = None, builder: PromptBuilder | None = None,

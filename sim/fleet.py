@@ -190,7 +190,7 @@ class FleetSim:
     def _arrive(self, index: int, req: TraceRequest, now_s: float,
                 arrivals: Iterator[tuple[int, TraceRequest]]) -> list[Event]:
         if self.autoscaler:
-            self.autoscaler.arrivals_since_last += 1
+            self.autoscaler.arrived(req.input_length or 0, req.output_length)
         if not self._ready():  # scale from zero: hold until a replica is ready
             self.held.append((index, req))
             return self._next_arrival(arrivals)

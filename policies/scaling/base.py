@@ -43,6 +43,10 @@ class ScalingSignals:
     """90th percentile time to first token (seconds)."""
     ttft_p99_s: float | None = None
     """99th percentile time to first token (seconds)."""
+    replica_capacity_rps: float | None = None
+    """Requests per second one replica completes when full, at the mean prompt and output lengths
+    of the requests that arrived since the previous sample: the capacity model's figure
+    (`fake_engines.capacity`), which the driver knows from the engines' command lines."""
 
     @property
     def waiting(self) -> float:
