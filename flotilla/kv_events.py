@@ -9,8 +9,8 @@ gives the same bytes; tests/data/real-engines/vllm/kv-events holds a real engine
 
 On the wire a ZMQ multipart message is three frames: the topic (utf-8), the sequence number
 (8 bytes, big-endian, from 0 per publisher) and the msgpack payload. The replay socket (ROUTER)
-takes an 8-byte big-endian start sequence and answers `[b"", seq, payload]` per buffered batch,
-then `[b"", END_SEQ, b""]`.
+takes an 8-byte big-endian start sequence (a DEALER sends `[b"", start]`) and answers
+`[b"", topic, seq, payload]` per buffered batch from that sequence on, then `[b"", b"", END_SEQ, b""]`.
 """
 
 from __future__ import annotations
