@@ -1,3 +1,5 @@
+import random
+
 import pytest
 
 from fake_engines.core import (
@@ -231,3 +233,71 @@ def test_request_the_whole_cache_cannot_hold_is_rejected_instead_of_waiting_fore
         sched.add_request(_req("too-big", [1] * 6, output_len=4))
     assert (err.value.n_prompt_tokens, err.value.n_ctx) == (6, 8)
     assert len(_run(sched)) == 4
+
+
+# -- KV cache events (issue 18) -------------------------------------------------------------------
+
+def _events_engine(enable: bool = True) -> VllmScheduler:
+    return VllmScheduler(VllmSchedulerConfig(num_gpu_blocks=10, block_size=4, max_model_len=32, max_num_seqs=4,
+                                             enable_kv_cache_events=enable))
+
+
+def _run_all(sched: VllmScheduler) -> list[list]:
+    """Steps until idle, draining events after each finish_step as a driver does: the batches."""
+    batches = []
+    while sched.has_unfinished_requests():
+        step = sched.schedule()
+        assert step is not None
+        sched.finish_step(step)
+        events = sched.take_kv_events()
+        if events:
+            batches.append(events)
+    return batches
+
+
+def test_kv_events_add_up_to_the_prefix_cache_after_evictions_and_a_reset() -> None:
+    from collections import Counter
+
+    from flotilla.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
+
+    sched, rng, held = _events_engine(), random.Random(7), Counter()
+    shared = [rng.randrange(1000) for _ in range(8)]
+    for i in range(40):
+        prompt = (shared if i % 2 else []) + [rng.randrange(1000) for _ in range(rng.randrange(1, 16))]
+        sched.add_request(EngineRequest(f"r{i}", prompt, max_tokens=6, output_len=rng.randrange(1, 6),
+                                        lora="a" if i % 5 == 0 else None))
+        if i % 3 == 2:
+            for event in (e for batch in _run_all(sched) for e in batch):
+                if isinstance(event, BlockStored):
+                    held.update(event.block_hashes)
+                elif isinstance(event, BlockRemoved):
+                    held.subtract(event.block_hashes)
+                elif isinstance(event, AllBlocksCleared):
+                    held.clear()
+            assert {h for h, n in held.items() if n > 0} == set(sched.cached_block_hashes())
+        if i == 20:
+            assert sched.reset_prefix_cache() and sched.cached_block_hashes() == []
+    assert any(n == 0 for n in held.values()), "the workload evicted blocks"
+
+
+def test_kv_events_chain_parents_and_skip_prefix_hits() -> None:
+    from flotilla.kv_events import BlockStored
+
+    sched = _events_engine()
+    sched.add_request(EngineRequest("a", list(range(10)), max_tokens=1, output_len=1))
+    [[stored]] = _run_all(sched)
+    assert isinstance(stored, BlockStored) and stored.parent_block_hash is None
+    assert stored.token_ids == list(range(8)) and len(stored.block_hashes) == 2
+    sched.add_request(EngineRequest("b", list(range(8)) + [50, 51, 52, 53, 54], max_tokens=1, output_len=1))
+    [[after_hit]] = _run_all(sched)
+    assert after_hit.parent_block_hash == stored.block_hashes[-1] and after_hit.token_ids == [50, 51, 52, 53]
+
+
+def test_reset_prefix_cache_refuses_while_blocks_are_held_and_events_off_queue_nothing() -> None:
+    sched = _events_engine(enable=False)
+    sched.add_request(EngineRequest("a", list(range(10)), max_tokens=4, output_len=4))
+    step = sched.schedule()
+    assert step is not None and not sched.reset_prefix_cache(), "a running request holds blocks"
+    sched.finish_step(step)
+    assert _run_all(sched) == [] and sched.take_kv_events() == []
+    assert sched.reset_prefix_cache() and sched.cached_block_hashes() == []
