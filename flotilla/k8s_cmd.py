@@ -18,10 +18,14 @@ Kubernetes API (its Role allows exactly that).
   flotilla k8s | kubectl apply -f -                 # the packaged default fleet
   flotilla k8s fleet.yaml -o deploy/k8s             # engines.yaml and proxy.yaml in a folder
   flotilla k8s fleet.yaml -o fleet.yaml             # one file
+  flotilla k8s --scaler keda -o deploy/k8s/keda     # KEDA scales on the proxy's recommendation
+  flotilla k8s --scaler hpa -o deploy/k8s/hpa       # an HPA does, through the Prometheus adapter
 
 The image is built locally (docker build -t flotilla:latest ., then loaded into the cluster).
 The admin API's token is a Secret you create (the command is in proxy.yaml). The repository's
-deploy/k8s is this command's output for proxy/fleet.default.yaml (a test keeps them equal).
+deploy/k8s is this command's output for proxy/fleet.default.yaml, deploy/k8s/keda and
+deploy/k8s/hpa with --scaler keda and hpa (a test keeps them equal). When to use which:
+docs/autoscaling.md#hpa-and-keda.
 """
 
 
@@ -29,6 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("fleet", nargs="?", type=Path, help="fleet YAML (default: the packaged default fleet)")
     parser.add_argument("-o", "--output", type=Path, metavar="DIR|FILE",
                         help="a folder for engines.yaml and proxy.yaml, or one .yaml file; default stdout")
+    parser.add_argument("--scaler", choices=("proxy", "keda", "hpa"), default="proxy",
+                        help="who scales the autoscaled group: the proxy's own actuator (default), or KEDA / an "
+                             "HPA on the proxy's recommendation (its autoscaler then only recommends; adds "
+                             "keda.yaml or hpa.yaml)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,16 +46,16 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         fleet = load(args.fleet)
-        files = manifests(fleet)
+        files = manifests(fleet, args.scaler)
     except ConfigError as exc:
         return _fail(str(exc))
     out: Path | None = args.output
     if out is None:
-        sys.stdout.write(render_manifests(fleet))
+        sys.stdout.write(render_manifests(fleet, args.scaler))
         return 0
     try:
         if out.suffix in (".yaml", ".yml"):
-            out.write_text(render_manifests(fleet))
+            out.write_text(render_manifests(fleet, args.scaler))
         else:
             out.mkdir(parents=True, exist_ok=True)
             for name, text in files.items():

@@ -90,6 +90,83 @@ def test_kubernetes_manifests_validate_strictly() -> None:
     assert {"Deployment", "Service", "Role", "RoleBinding", "ServiceAccount"} <= kinds
 
 
+SCALED_BY = {"keda": REPO / "deploy" / "k8s" / "keda", "hpa": REPO / "deploy" / "k8s" / "hpa"}
+KEDA_SCHEMA = REPO / "tests" / "data" / "k8s" / "keda-scaledobject-v1alpha1.schema.json"
+
+
+@pytest.mark.parametrize("scaler", sorted(SCALED_BY))
+def test_committed_keda_and_hpa_manifests_are_the_generators_output(scaler: str) -> None:
+    from proxy.deploy.fleet import load
+    from proxy.deploy.kubernetes import manifests
+
+    expected = manifests(load(), scaler)
+    folder = SCALED_BY[scaler]
+    assert sorted(p.name for p in folder.glob("*.yaml")) == sorted(expected) == sorted(
+        ["engines.yaml", "proxy.yaml", f"{scaler}.yaml"]), f"flotilla k8s --scaler {scaler} -o {folder}"
+    for path in folder.glob("*.yaml"):
+        assert path.read_text() == expected[path.name], f"{path}: flotilla k8s --scaler {scaler} -o {folder}"
+
+
+@pytest.mark.parametrize("scaler", sorted(SCALED_BY))
+def test_keda_and_hpa_manifests_validate_strictly(scaler: str) -> None:
+    files = sorted(SCALED_BY[scaler].glob("*.yaml"))
+    out = subprocess.run([sys.executable, "-m", "kubernetes_validate", "-k", "1.30.0", "--strict", *map(str, files)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    # kubernetes-validate knows no CRD: it warns and passes a ScaledObject; every other kind it checks
+    unchecked = [line for line in out.stdout.splitlines() if line.startswith("WARN")]
+    assert unchecked == ([f"WARN {SCALED_BY[scaler] / 'keda.yaml'} Couldn't find schema for kind ScaledObject "
+                          "with api version keda.sh/v1alpha1 for kubernetes version 1.30"] if scaler == "keda" else [])
+    kinds = {doc["kind"] for f in files for doc in yaml.safe_load_all(f.read_text())}
+    assert {"Deployment", "Service", "Role", "ConfigMap", "ScaledObject" if scaler == "keda"
+            else "HorizontalPodAutoscaler"} <= kinds
+
+
+def _scaled_object() -> dict:
+    return yaml.safe_load((SCALED_BY["keda"] / "keda.yaml").read_text())
+
+
+def _keda_errors(doc: dict) -> list[str]:
+    """The ScaledObject against KEDA's CRD fields (strict), its HPA behavior against Kubernetes' own schema."""
+    import jsonschema
+    from kubernetes_validate.utils import ValidationError, validate
+
+    errors = [e.message for e in jsonschema.Draft202012Validator(json.loads(KEDA_SCHEMA.read_text())).iter_errors(doc)]
+    behavior = doc["spec"].get("advanced", {}).get("horizontalPodAutoscalerConfig", {}).get("behavior")
+    if behavior is not None:  # checked inside an HPA, the object KEDA hands it to
+        hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "x"},
+               "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "x"}, "maxReplicas": 1, "behavior": behavior}}
+        try:
+            validate(hpa, "1.30.0", strict=True)
+        except ValidationError as exc:
+            errors.append(exc.message)
+    return errors
+
+
+def test_keda_scaled_object_validates_against_kedas_crd_fields_strictly() -> None:
+    doc = _scaled_object()
+    assert _keda_errors(doc) == []
+    trigger = doc["spec"]["triggers"][0]
+    assert trigger["type"] == "prometheus" and {"serverAddress", "query", "threshold"} <= set(trigger["metadata"])
+    assert trigger["metadata"]["query"] == 'max(flotilla_autoscaler_desired_replicas{pool="vllm"})'
+    fleet = yaml.safe_load(next(d for d in yaml.safe_load_all((SCALED_BY["keda"] / "proxy.yaml").read_text())
+                                if d["kind"] == "ConfigMap")["data"]["fleet.yaml"])
+    assert fleet["autoscaler"]["recommend_only"] is True and fleet["autoscaler"]["pool"] == "vllm"
+
+
+@pytest.mark.parametrize("broken", [
+    lambda d: d["spec"].update(minReplicas=1),  # the HPA's spelling, not KEDA's
+    lambda d: d["spec"]["triggers"][0].update(metricType="Average"),
+    lambda d: d["spec"]["triggers"][0]["metadata"].update(threshold=1),  # metadata values are strings
+    lambda d: d["spec"].pop("scaleTargetRef"),
+    lambda d: d["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"].update(window=0),
+])
+def test_keda_validation_catches_a_broken_scaled_object(broken) -> None:
+    doc = _scaled_object()
+    broken(doc)
+    assert _keda_errors(doc)
+
+
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is installed by make test")
 def test_prometheus_config_passes_promtool(tmp_path: Path) -> None:
     config = tmp_path / "prometheus.yml"
