@@ -16,7 +16,7 @@ Run every cell of a grid, the cross product of the values of `flotilla sim` flag
 one results file (PREFIX.json: each cell's values, command line and loadgen result JSON) and one
 table (PREFIX.csv, also printed). The same grid gives the same numbers whatever the worker count.
 
-grid file (flags of flotilla sim without their dashes; relative paths are the grid file's):
+grid file (flags of flotilla sim without their dashes; paths as flotilla sim reads them):
   sim:                       # shared by every cell
     engine: fixed
     slo: ttft=1,tpot=0.05
@@ -24,7 +24,7 @@ grid file (flags of flotilla sim without their dashes; relative paths are the gr
     policy: [round-robin, least-outstanding]
     autoscale: [none, kpa]
     replicas: [1, 2, 3]
-    trace: [../tests/data/seed/example9.jsonl]
+    trace: [tests/data/seed/example9.jsonl]
     cold-start: [30, 60]
 
 examples:

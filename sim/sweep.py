@@ -34,8 +34,6 @@ from typing import Any
 import yaml
 
 SECTIONS = ("sim", "grid")
-PATH_FLAGS = frozenset({"trace", "fleet", "catalogue"})
-"""Flags naming files: a relative path is relative to the grid file's folder."""
 OWN_FLAGS = frozenset({"json", "output", "plot", "pareto", "progress", "help"})
 """`flotilla sim` flags the sweep itself owns (its output and progress), not a cell's."""
 Progress = Callable[[int], None]
@@ -91,25 +89,23 @@ def _option(parser: argparse.ArgumentParser, name: str) -> str:
     raise GridError(f"{name}: not a flag of flotilla sim (see flotilla sim --help)")
 
 
-def _flag_args(parser: argparse.ArgumentParser, name: str, value: Any, base: Path) -> list[str]:
+def _flag_args(parser: argparse.ArgumentParser, name: str, value: Any) -> list[str]:
     """The command-line words of one flag's value: true -> --flag, false -> --no-flag (or nothing),
-    null -> nothing, a list -> the flag repeated."""
+    null -> nothing, a list -> the flag repeated. Paths are read as `flotilla sim` reads them,
+    relative to the current folder."""
     if name.replace("_", "-") in OWN_FLAGS:
         raise GridError(f"{name}: the sweep writes its own results and progress; use flotilla sim sweep's flags")
     option = _option(parser, name)
     if value is None:
         return []
     if isinstance(value, list):
-        return [word for item in value for word in _flag_args(parser, name, item, base)]
+        return [word for item in value for word in _flag_args(parser, name, item)]
     if value is True:
         return [option]
     if value is False:
         negated = "--no-" + option[2:]
         return [negated] if negated in parser._option_string_actions else []
-    text = str(value)
-    if name.replace("-", "_") in PATH_FLAGS and not Path(text).is_absolute():
-        text = str(base / text)
-    return [option, text]
+    return [option, str(value)]
 
 
 def _mapping(data: Any, key: str) -> dict[str, Any]:
@@ -136,12 +132,12 @@ def parse_grid(data: Any, path: Path) -> Grid:
             raise GridError(f"grid.{axis}: must be a non-empty list of values")
         if axis in sim:
             raise GridError(f"{axis}: in both sim: and grid:; keep it in one")
-    parser, base = sim_parser(), path.parent
-    shared = [w for name, value in sim.items() for w in _flag_args(parser, name, value, base)]
+    parser = sim_parser()
+    shared = [w for name, value in sim.items() for w in _flag_args(parser, name, value)]
     cells = []
     for index, combo in enumerate(itertools.product(*axes.values())):
         values = tuple(zip(axes, combo, strict=True))
-        argv = (*shared, *(w for name, value in values for w in _flag_args(parser, name, value, base)))
+        argv = (*shared, *(w for name, value in values for w in _flag_args(parser, name, value)))
         cell = Cell(index, values, tuple(argv))
         try:
             parser.parse_args(argv)

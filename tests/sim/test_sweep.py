@@ -63,13 +63,14 @@ def test_cells_are_the_cross_product_of_the_axes_in_grid_order(tmp_path: Path) -
                               "--cold-start", "20")
 
 
-def test_relative_trace_paths_are_the_grid_files(tmp_path: Path) -> None:
-    trace = tmp_path / "traces" / "t.jsonl"
-    trace.parent.mkdir()
-    trace.write_text((REPO / "tests/data/seed/example9.jsonl").read_text())
-    grid = sweep.load_grid(_grid_file(tmp_path, {"sim": {"engine": "fixed"},
-                                                 "grid": {"trace": ["traces/t.jsonl"], "replicas": [1, 2]}}))
-    assert grid.cells[0].argv[-4:-2] == ("--trace", str(trace))
+def test_flags_take_their_values_as_flotilla_sim_does(tmp_path: Path) -> None:
+    grid = sweep.load_grid(_grid_file(tmp_path, {
+        "sim": {"engine": "fixed", "trace": "tests/data/seed/example9.jsonl", "enable-prefix-caching": False,
+                "catalogue": ["a.yaml", "b.yaml"], "seed": None},
+        "grid": {"replicas": [1, 2]}}))
+    assert grid.cells[1].argv == ("--engine", "fixed", "--trace", "tests/data/seed/example9.jsonl",
+                                  "--no-enable-prefix-caching", "--catalogue", "a.yaml", "--catalogue", "b.yaml",
+                                  "--replicas", "2")
 
 
 @pytest.mark.parametrize(("grid", "says"), [
