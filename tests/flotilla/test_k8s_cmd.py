@@ -26,6 +26,17 @@ def test_k8s_writes_the_committed_manifests_into_the_folder_named_by_o(tmp_path:
         assert (tmp_path / "k8s" / name).read_text() == (K8S / name).read_text(), name
 
 
+def test_k8s_scaler_keda_and_hpa_write_the_committed_folders(tmp_path: Path) -> None:
+    for scaler in ("keda", "hpa"):
+        out = flotilla("k8s", "--scaler", scaler, "-o", str(tmp_path / scaler))
+        assert out.returncode == 0 and out.stdout == "", out.stderr
+        written = sorted(p.name for p in (tmp_path / scaler).iterdir())
+        assert written == ["engines.yaml", f"{scaler}.yaml", "proxy.yaml"]
+        for name in written:
+            assert (tmp_path / scaler / name).read_text() == (K8S / scaler / name).read_text(), name
+    assert flotilla("k8s", "--scaler", "argo").returncode == 2
+
+
 def test_k8s_prints_every_manifest_as_one_stream_for_kubectl_apply(tmp_path: Path) -> None:
     out = flotilla("k8s")
     assert out.returncode == 0, out.stderr
