@@ -9,6 +9,7 @@ which shows what stale load signals do to a policy.
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from array import array
 from collections import deque
@@ -105,8 +106,8 @@ class FleetSim:
     queue: EventQueue = field(default_factory=EventQueue)
 
     def __post_init__(self) -> None:
-        if self.kv_events_delay_s < 0:
-            raise ValueError(f"kv_events_delay_s must be >= 0, got {self.kv_events_delay_s}")
+        if not (math.isfinite(self.kv_events_delay_s) and self.kv_events_delay_s >= 0):
+            raise ValueError(f"kv_events_delay_s must be a finite number >= 0, got {self.kv_events_delay_s}")
         self.kv_index: KVIndex | None = None
         """The index of the engines' KV events, fed in virtual time; None unless the policy reads one."""
         if isinstance(self.policy, KVIndexUser):
