@@ -6,12 +6,20 @@ neither): scripts/interop/capture_kv_events.py, the same script that made the re
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 import subprocess
 
+import zmq
+import zmq.asyncio
+
+from flotilla.kv_events import BlockStored, decode_batch
+from proxy.config import BackendSpec, KVEventsSource
 from tests.conftest import DATA, REPO
 from tests.interop.conftest import kv_events_endpoint
 from tests.interop.wire import completion_body, post, scrape, total
+from tests.waiting import wait_until
 
 REFERENCE = DATA / "real-engines" / "vllm" / "kv-events"
 CAPTURE = REPO / "scripts" / "interop" / "capture_kv_events.py"
@@ -81,3 +89,71 @@ async def test_the_prefix_index_sends_a_repeat_where_real_vllm_has_it_cached(vll
     predicted = total(metrics, "flotilla_prefix_cache_predicted_tokens_total", backend=again.backend)
     observed = total(metrics, "flotilla_prefix_cache_observed_tokens_total", backend=again.backend)
     assert observed >= cached and predicted > 0
+
+
+class StoredHashes:
+    """An independent subscriber to a real engine's events: every block hash it stored, in order."""
+
+    def __init__(self, endpoint: str, topic: str = "kv-events") -> None:
+        self.ctx = zmq.asyncio.Context()
+        self.sub = self.ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.SUBSCRIBE, topic.encode())
+        self.sub.connect(endpoint)
+        self.hashes: list[int] = []
+        self.task = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        while True:
+            _topic, _seq, payload = await self.sub.recv_multipart()
+            for event in decode_batch(payload).events:
+                if isinstance(event, BlockStored):
+                    self.hashes.extend(event.block_hashes)
+
+    def close(self) -> None:
+        self.task.cancel()
+        self.sub.close(linger=0)
+        self.ctx.term()
+
+
+async def test_the_routers_kv_index_holds_what_real_vllm_published_and_routes_on_it(
+        vllm_pair, proxy_in_front, client, engine_logs):
+    """The router's KV index (precise-prefix) fed by a real vLLM's events: blocks the engine
+    cached for a prompt sent to it directly (the router never saw it) are in the index under the
+    engine's own hashes, and the prompt then goes through the router to that engine by the
+    precise-match rule, where real vLLM reports the cache hit. Prompts are token ids: the router
+    has no tokenizer of the real model (docs/routing-policies.md)."""
+    holder, other = vllm_pair
+    endpoint = kv_events_endpoint(engine_logs)
+    backends = [BackendSpec(url=holder.url, flavor="vllm", kv_events=KVEventsSource(endpoint, topic="kv-events")),
+                BackendSpec(url=other.url, flavor="vllm")]
+    running = await proxy_in_front(vllm_pair, policy="precise-prefix", backends=backends)
+    index = running.proxy.kv_index
+    watcher = StoredHashes(endpoint)
+    rng = random.Random(23)
+    try:
+        async def cache_directly(tokens: int) -> list[int]:
+            ids = [rng.randrange(3, 500) for _ in range(tokens)]
+            answer = await post(client, holder.url, "/v1/completions", completion_body(ids, max_tokens=1))
+            assert answer.status == 200, answer.body[:300]
+            return ids
+
+        # ZMQ subscriptions take effect asynchronously: send fresh prompts until both subscribers see events
+        async def both_listening() -> bool:
+            await cache_directly(300)
+            return index.size(holder.url) > 0 and bool(watcher.hashes)
+        await wait_until(both_listening, 120, poll_s=0.5, what="the router and the watcher receive vLLM's events")
+
+        before = len(watcher.hashes)
+        prompt = await cache_directly(5 * 128 + 40)
+        await wait_until(lambda: len(watcher.hashes) >= before + 5, 60, poll_s=0.05, what="vLLM stores 5 blocks")
+        stored = set(watcher.hashes[before:])
+        await wait_until(lambda: stored <= index.engine_hashes(holder.url), 60, poll_s=0.05,
+                         what="the router's index holds every block vLLM stored")
+        assert index.prefix_tokens(prompt) == {holder.url: 5 * 128}, "only the engine that cached it, whole blocks"
+
+        again = await post(client, running.url, "/v1/completions", completion_body(prompt, max_tokens=1))
+        assert again.status == 200 and again.backend == holder.url
+        assert again.headers["x-flotilla-rule"] == "precise-match"
+        assert again.json()["usage"]["prompt_tokens_details"]["cached_tokens"] >= 5 * 128
+    finally:
+        watcher.close()
