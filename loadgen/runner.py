@@ -25,8 +25,8 @@ import aiohttp
 from tqdm import tqdm
 
 from loadgen.client import stream_request
-from loadgen.prompts import PromptBuilder
 from loadgen.cost import live_cost
+from loadgen.prompts import PromptBuilder
 from loadgen.replicas import poll_replicas
 from loadgen.results import RequestRecord, RunResult, Slo
 from loadgen.stats import summarize

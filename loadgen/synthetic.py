@@ -182,8 +182,9 @@ class DiurnalWorkload:
         if unknown := sorted(set(opts) - set(numbers) - counts - shape_keys):
             raise ValueError(f"unknown diurnal option(s) {unknown}; known: {sorted({*numbers, *counts, *shape_keys})}")
         shape = _open_workload("poisson", {k: v for k, v in opts.items() if k in shape_keys})
-        return cls(**{numbers[k]: float(v) for k, v in opts.items() if k in numbers},
-                   **{k: int(v) for k, v in opts.items() if k in counts}, shape=shape)
+        values: dict[str, float | int] = {numbers[k]: float(v) for k, v in opts.items() if k in numbers}
+        values.update({k: int(v) for k, v in opts.items() if k in counts})
+        return cls(**values, shape=shape)  # type: ignore[arg-type]  # keys are the fields named above
 
 
 def _fields(body: str) -> dict[str, str]:
