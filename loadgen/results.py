@@ -77,6 +77,14 @@ class LatencyStats:
     """90th percentile."""
     p99: float | None = None
     """99th percentile."""
+    std: float | None = None
+    """Population standard deviation (numpy's default, as vLLM's `std_*_ms`)."""
+    min: float | None = None
+    """Smallest sample."""
+    max: float | None = None
+    """Largest sample."""
+    percentiles: dict[str, float] = field(default_factory=dict)
+    """The percentiles chosen with `--percentiles`, keyed as vLLM keys them: `p50`, `p99.9`."""
 
 
 @dataclass(frozen=True)

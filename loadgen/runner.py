@@ -68,6 +68,8 @@ class RunnerConfig:
     """GPUs each replica holds, for `meta.gpu_seconds`."""
     show_progress: bool = True
     """Show a tqdm bar on stderr (only when it is a terminal)."""
+    expected_requests: int | None = None
+    """Requests the workload holds, when known: the progress bar's total, for its ETA."""
     meta: dict[str, Any] = field(default_factory=dict)
     """Copied into the result's meta (trace name, label, seed)."""
 
@@ -122,6 +124,13 @@ async def _default_model(session: aiohttp.ClientSession, base_url: str) -> str:
     if not data:
         raise RuntimeError(f"{base_url}/v1/models lists no model; pass --model")
     return str(data[0]["id"])
+
+
+def progress_total(cfg: RunnerConfig) -> int | None:
+    """Requests the progress bar counts to: the workload's size, capped by max_requests; None
+    when neither is known (the bar then shows a rate without an ETA)."""
+    known = [n for n in (cfg.expected_requests, cfg.max_requests) if n is not None]
+    return min(known) if known else None
 
 
 PREPARE_MARGIN_S = 0.002  # stop preparing ahead this long before the next send is due
@@ -214,7 +223,7 @@ class OpenLoopRunner:
                         requests: Iterable[TraceRequest]) -> list[RequestRecord]:
         url = self.cfg.target_url.rstrip("/") + ENDPOINTS[self.cfg.endpoint]
         tasks: list[asyncio.Task[RequestRecord]] = []
-        bar = tqdm(total=self.cfg.max_requests, unit="req", disable=not self._bar_wanted())
+        bar = tqdm(total=progress_total(self.cfg), unit="req", disable=not self._bar_wanted())
         ahead = _Lookahead(enumerate(scheduled(requests, self.cfg)),
                            lambda i, req: build_payload(req, self.builder.build(req, i), model, self.cfg))
         while (item := ahead.pop()) is not None:

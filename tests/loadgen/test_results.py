@@ -13,5 +13,6 @@ def test_a_result_survives_a_json_round_trip(tmp_path):
     result.save(path)
     back = RunResult.load(path)
     assert back == result
-    assert back.summary.ttft_s == LatencyStats(mean=0.1, p50=0.1, p90=0.1, p99=0.1)
+    assert back.summary.ttft_s == LatencyStats(mean=0.1, p50=0.1, p90=0.1, p99=0.1, std=0.0, min=0.1, max=0.1,
+                                               percentiles={"p50": 0.1, "p90": 0.1, "p99": 0.1})
     assert back.requests[0].lateness_s == 0.501 - 0.5 and back.label == "x"
