@@ -276,7 +276,10 @@ def _reported(wall, args: argparse.Namespace, percentiles):  # type: ignore[no-u
     base = time_base(wall.meta.get(SEEN_KEY, {}), args.time_scale, args.wall_time)
     result = in_time_base(wall, base)  # SLOs and goodput are judged in the base printed
     if result.meta.get("request_rate") not in (None, float("inf")) and base.scale:
-        result.meta["request_rate"] *= base.scale  # a sweep's rate, in the base printed
+        from loadgen.sweep import SweepRun
+
+        result.meta["request_rate"] *= base.scale  # a sweep's rate, and its name, in the base printed
+        result.meta["label"] = SweepRun(result.meta["sweep_kind"], result.meta["request_rate"]).label
     return with_percentiles(result, percentiles), base.note
 
 

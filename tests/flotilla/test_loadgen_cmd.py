@@ -220,3 +220,69 @@ async def test_slos_are_judged_in_the_printed_time_base_and_the_flags_choose_it(
         "modelled", 0.02, "--time-scale")
     rc, stdout, _ = await _flotilla("compare", str(tmp_path / "target.json"), str(tmp_path / "wall.json"))
     assert rc == 0 and stdout.splitlines()[2].split() == ["time", "base", "modelled", "(/0.01)", "wall"]
+
+
+async def test_vllm_bench_output_with_chosen_percentiles_and_goodput_as_vllm_spells_them(sse_server, tmp_path):
+    import hashlib
+
+    url, _ = sse_server
+    trace = DATA / "burstgpt.handwritten.csv"
+    bench, own = tmp_path / "bench.json", tmp_path / "own.json"
+    common = ("--target", url, "--trace", str(trace), "--speedup", "80", "--max-requests", "3", "--duration", "60",
+              "--percentiles", "50,99.9", "--quiet")
+    rc, stdout, err = await _flotilla(*common, "--goodput", "ttft:5000", "--output", str(bench),
+                                      "--output-format", "vllm-bench")
+    assert rc == 0, err
+    data = json.loads(bench.read_text())
+    assert (data["completed"], data["num_prompts"], data["backend"]) == (3, 3, "openai")
+    assert {"p50_ttft_ms", "p99.9_ttft_ms", "p99.9_e2el_ms", "std_itl_ms"} <= set(data)
+    assert "p90_ttft_ms" not in data and data["request_goodput"] == pytest.approx(data["request_throughput"])
+    assert data["flotilla_command"].startswith("flotilla loadgen --target")
+    rc, _, err = await _flotilla(*common, "--slo", "ttft=5", "--output", str(own))
+    assert rc == 0, err
+    result = json.loads(own.read_text())
+    meta, ttft = result["meta"], result["summary"]["ttft_s"]
+    assert meta["trace_sha256"] == hashlib.sha256(trace.read_bytes()).hexdigest()
+    assert meta["flotilla_version"] and meta["started_at"][:2] == "20" and "T" in meta["started_at"]
+    assert meta["command"].endswith(f"--output {own}") and meta["time_scale"] is None
+    assert list(ttft["percentiles"]) == ["p50", "p99.9"] and ttft["min"] <= ttft["p50"] <= ttft["max"]
+
+
+async def test_compare_names_columns_by_label_then_by_saved_label(sse_server, tmp_path):
+    url, _ = sse_server
+    for name in ("a", "b"):
+        rc, _, err = await _flotilla("--target", url, "--synthetic", "poisson:rate=50,duration=0.1,input=8,output=2",
+                                     "--label", f"run-{name}", "--output", str(tmp_path / f"{name}.json"), "--quiet")
+        assert rc == 0, err
+    files = [str(tmp_path / "a.json"), str(tmp_path / "b.json")]
+    rc, stdout, _ = await _flotilla("compare", *files)
+    assert rc == 0 and stdout.splitlines()[0].split() == ["figure", "run-a", "run-b"]
+    rc, stdout, _ = await _flotilla("compare", *files, "--label", "baseline", "--label", "candidate")
+    assert rc == 0 and stdout.splitlines()[0].split() == ["figure", "baseline", "candidate"]
+    rc, _, err = await _flotilla("compare", *files, "--label", "only-one")
+    assert rc == 2 and "--label given 1 times for 2 result files" in err
+
+
+async def test_a_sweep_against_a_look_alike_engine_draws_a_rising_then_saturating_curve(fleet, tmp_path):
+    # one H100 at half speed: one request at a time is slow, all at once saturate its batch
+    url = await fleet.start([("vllm", "h100", 0.5)])
+    png = tmp_path / "sweep.png"
+    rc, stdout, err = await _flotilla("--target", url, "--synthetic", "poisson:rate=10,duration=30,input=256,output=24",
+                                      "--max-requests", "12", "--sweep", "2", "--plot", str(png),
+                                      "--output", str(tmp_path / "sweep.json"), "--output-format", "vllm-bench",
+                                      "--quiet")
+    assert rc == 0, err
+    rows = [line.split() for line in stdout.splitlines()[3:]]
+    assert [r[0] for r in rows][0] == "synchronous" and [r[0] for r in rows][-1] == "throughput"
+    assert len(rows) == 4 and all(r[0] == f"constant@{r[1]}" for r in rows[1:3])  # named in modelled req/s
+    achieved = [float(r[2]) for r in rows]
+    e2e_p50 = [float(r[7]) for r in rows]
+    # throughput rises with the offered rate (the two constant rates are near each other: allow noise)
+    assert achieved[0] < min(achieved[1:]) and max(achieved[:-1]) < achieved[-1], stdout
+    assert achieved[2] > 0.9 * achieved[1] and achieved[-1] > 2 * achieved[0], stdout
+    assert e2e_p50[-1] > 1.5 * e2e_p50[0], stdout  # and saturates: the batch makes each request slower
+    files = sorted(p.name for p in tmp_path.glob("sweep-*.json"))
+    assert len(files) == 4 and "sweep-synchronous.json" in files
+    sync = json.loads((tmp_path / "sweep-synchronous.json").read_text())
+    assert sync["max_concurrency"] == 1 and sync["completed"] == 12
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
