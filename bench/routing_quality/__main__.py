@@ -51,6 +51,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workloads", help=f"comma list (default all: {', '.join(w.name for w in WORKLOADS)})")
     p.add_argument("--policies", help="comma list of routing policy specs (default every registered policy)")
+    p.add_argument("--also", help="comma list of policy specs run besides --policies (variants: NAME:key=value)")
     p.add_argument("--quick", action="store_true", help=f"first {QUICK_REQUESTS} requests of each workload")
     p.add_argument("--max-requests", type=int, help="cut every workload to its first N requests")
     p.add_argument("--replicas", type=int, default=FleetConfig.replicas)
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     names = _split(args.workloads) or [w.name for w in WORKLOADS]
     try:
         wls = [workload(n) for n in names]
-        pols = _split(args.policies) or policies()
+        pols = list(dict.fromkeys((_split(args.policies) or policies()) + (_split(args.also) or [])))
         for p in pols:
             is_peer(p)  # unknown names fail here, before any run
     except (ValueError, KeyError) as exc:

@@ -75,9 +75,13 @@ def plot(cells: Sequence[Row], workloads: Sequence[str], path: Path) -> None:
             values = [(c[key] or 0.0) * scale for c in rows]
             ax.barh(names, values, color=colors)
             ax.invert_yaxis()
-            if "log" in title and any(v > 0 for v in values):  # one saturated policy would flatten the rest
+            positive = [v for v in values if v > 0]
+            log = "log" in title and positive and max(positive) > 20 * min(positive)
+            if log:  # one saturated policy would flatten the rest
                 ax.set_xscale("log")
-            ax.set_title(f"{wl}: {title}", fontsize=10)
+            elif not positive:
+                ax.text(0.5, 0.5, "0 for every policy", transform=ax.transAxes, ha="center", fontsize=9)
+            ax.set_title(f"{wl}: {title.replace(', log', '') if not log else title}", fontsize=10)
             ax.tick_params(labelsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
