@@ -61,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     nested = nested_parser(argv)
     args = nested.parse_args(argv[2:]) if nested is not None else build_parser().parse_args(argv)
+    args.argv = argv  # the command as given, for results that record how they were made
     try:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:

@@ -206,7 +206,7 @@ def _config(args: argparse.Namespace):  # -> RunnerConfig, imported lazily
         show_progress=not args.quiet,
         meta={"label": args.label or Path(args.trace or args.synthetic or "run").name,
               "trace": args.trace, "synthetic": args.synthetic, "seed": args.seed, "jitter_s": args.jitter,
-              "endpoint": args.endpoint, "max_concurrency": args.concurrency, **run_meta(args.trace)},
+              "endpoint": args.endpoint, "max_concurrency": args.concurrency, **run_meta(args.trace, getattr(args, "argv", None))},
     )
 
 

@@ -93,7 +93,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slo", help="goodput SLOs, e.g. ttft=0.5,tpot=0.05")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print every run as loadgen result JSON")
-    p.add_argument("--output", metavar="PREFIX", help="also write PREFIX-<policy>.json per run")
+    p.add_argument("--output", metavar="PREFIX", help="also write PREFIX-<policy>.json (.csv) per run, in --output-format")
+    from flotilla.loadgen_cmd import add_result_options
+
+    add_result_options(p)
     p.add_argument("--plot", metavar="PNG", help="write latency CDFs of the runs and their replicas against "
                                                   "the arrival rate to this PNG")
     p.add_argument("--pareto", metavar="PNG", help="write GPU-seconds against SLO attainment of the runs to this PNG")
@@ -109,16 +112,21 @@ def _workload(args: argparse.Namespace, runs: int):  # type: ignore[no-untyped-d
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     started = itertools.count(1)
 
-    def load() -> Iterable:  # type: ignore[type-arg]
+    def requests() -> Iterable:  # type: ignore[type-arg]
         if args.trace:
             from loadgen.readers import read_trace
             reqs = read_trace(args.trace, args.format)
         else:
             from loadgen.synthetic import synthetic_requests
             reqs = synthetic_requests(args.synthetic, seed=args.seed)
-        reqs = itertools.islice(reqs, args.max_requests) if args.max_requests else reqs
+        return itertools.islice(reqs, args.max_requests) if args.max_requests else reqs
+
+    # the bar's total (for its ETA): the workload counted once, only when a bar is shown
+    total = sum(1 for _ in requests()) if show else None
+
+    def load() -> Iterable:  # type: ignore[type-arg]
         # arrivals are drawn as virtual time reaches them, so the bar follows the simulation
-        return tqdm(reqs, desc=f"run {next(started)}/{runs}", unit="req", total=args.max_requests,
+        return tqdm(requests(), desc=f"run {next(started)}/{runs}", unit="req", total=total,
                     disable=not show, mininterval=0.5, file=sys.stderr)
     return load
 
@@ -175,18 +183,48 @@ def simulate_args(args: argparse.Namespace) -> list:  # type: ignore[type-arg]
                    fleet_replicas(fleet) if fleet else None, **delay)
 
 
+def _result_options(args: argparse.Namespace) -> tuple[tuple[float, ...], tuple[str, ...]]:
+    from loadgen.export import parse_percentile_metrics
+    from loadgen.stats import parse_percentiles
+
+    return parse_percentiles(args.percentiles), parse_percentile_metrics(args.percentile_metrics)
+
+
+def _provenance(args: argparse.Namespace) -> dict[str, object]:
+    """When, by which Flotilla and command, on which trace, in which clock (virtual: no time
+    scale), for which model: the meta every run of this command gains."""
+    from loadgen.provenance import run_meta
+
+    return {**run_meta(args.trace, getattr(args, "argv", None)), "time_base": "virtual", "time_scale": None, "model": args.model}
+
+
+def _with_provenance(result, provenance: dict[str, object], percentiles: tuple[float, ...]):  # type: ignore[no-untyped-def]
+    """`result` summarized with the chosen percentiles, `provenance` added to its meta."""
+    from loadgen.stats import with_percentiles
+
+    for key, value in provenance.items():
+        result.meta.setdefault(key, value)
+    return with_percentiles(result, percentiles)
+
+
 def run(args: argparse.Namespace) -> int:
     from fake_engines.factory import ModelDoesNotFit
     from sim.report import comparison_table
 
     try:
-        results = simulate_args(args)
+        percentiles, metrics = _result_options(args)
+        provenance = _provenance(args)
+        results = [_with_provenance(r, provenance, percentiles) for r in simulate_args(args)]
     except (ValueError, KeyError, OSError, ModelDoesNotFit) as exc:  # a bad trace or flag: one line, no traceback
         print(f"flotilla sim: error: {exc}", file=sys.stderr)
         return 2
     if args.output:
+        from loadgen.export import write_result
+
+        suffix = ".csv" if args.output_format == "csv" else ".json"
         for r in results:
-            r.save(f"{args.output}-{r.label.replace(':', '_').replace(',', '_')}.json")
+            write_result(r, f"{args.output}-{r.label.replace(':', '_').replace(',', '_')}{suffix}",
+                         args.output_format or "json", metrics)
     if args.plot:
         from loadgen.plots import plot_runs
         plot_runs(results, args.plot)

@@ -21,7 +21,8 @@ def test_progress_bars_go_to_stderr_one_per_run_and_leave_the_json_clean(capsys:
     assert main(argv) == 0
     out, err = capsys.readouterr()
     assert [r["meta"]["policy"] for r in json.loads(out)["runs"]] == ["round-robin", "least-outstanding"]
-    assert "run 1/2" in err and "run 2/2" in err and "12req" in err.replace(" ", "")
+    assert "run 1/2" in err and "run 2/2" in err
+    assert "12/12" in err and "<00:00" in err  # the trace's length is the bar's total: an ETA shows
 
 
 def test_no_progress_bar_unless_asked_when_stderr_is_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
@@ -204,3 +205,20 @@ def test_the_comparison_table_and_pareto_plot_show_cost_against_slo(tmp_path: Pa
     assert all(word in head for word in ("SLO met", "replica-s", "GPU-s", "up/down", "cold"))
     assert rows[0].startswith("round-robin + none") and rows[1].startswith("round-robin + kpa")
     assert pareto.stat().st_size > 10_000
+
+
+def test_sim_writes_vllm_bench_and_csv_results_with_chosen_percentiles_and_provenance(tmp_path: Path) -> None:
+    import csv
+    import hashlib
+
+    base = ["sim", "--trace", EXAMPLE9, "--engine", "fixed", "--replicas", "3", "--percentiles", "50,99.9"]
+    assert main([*base, "--output", str(tmp_path / "b"), "--output-format", "vllm-bench"]) == 0
+    bench = json.loads((tmp_path / "b-round-robin.json").read_text())
+    assert bench["completed"] == 12 and bench["backend"] == "flotilla-sim" and bench["model_id"] == "llama-3.1-8b"
+    assert {"p50_ttft_ms", "p99.9_ttft_ms", "std_e2el_ms"} <= set(bench) and "p99_ttft_ms" not in bench
+    assert main([*base, "--output", str(tmp_path / "c"), "--output-format", "csv"]) == 0
+    rows = list(csv.DictReader((tmp_path / "c-round-robin.csv").open()))
+    (summary,) = csv.DictReader((tmp_path / "c-round-robin.summary.csv").open())
+    assert len(rows) == 12 and float(summary["ttft_s.p99.9"]) >= float(summary["ttft_s.p50"])
+    assert summary["meta.trace_sha256"] == hashlib.sha256(Path(EXAMPLE9).read_bytes()).hexdigest()
+    assert summary["meta.time_base"] == "virtual" and summary["meta.command"].startswith("flotilla sim --trace")
