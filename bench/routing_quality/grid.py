@@ -138,6 +138,8 @@ class Cell:
     prefill_max_over_mean: float | None = None
     """Most prefill tokens any replica computed over the mean: 1.0 is an even spread."""
     prefill_tokens_per_replica: list[int] = field(default_factory=list)
+    decisions_by_rule: dict[str, int] = field(default_factory=dict)
+    """How many requests each of the policy's rules decided (`meta.decisions_by_rule`)."""
     virtual_s: float | None = None
     wall_s: float | None = None
     error: str | None = None
@@ -155,7 +157,8 @@ def cell_of(result: RunResult, wl: str, policy: str, family: str, cfg: FleetConf
                 goodput_per_s=s.goodput_per_s,
                 slo_attained=(met / s.num_requests if met is not None and s.num_requests else None),
                 hit_rate=m["hit_rate"], prefill_max_over_mean=(max(prefill) / mean if mean else None),
-                prefill_tokens_per_replica=prefill, virtual_s=m["virtual_duration_s"], wall_s=wall_s,
+                prefill_tokens_per_replica=prefill, decisions_by_rule=dict(m["decisions_by_rule"]),
+                virtual_s=m["virtual_duration_s"], wall_s=wall_s,
                 config=cfg.key())
 
 
