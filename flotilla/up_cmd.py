@@ -155,20 +155,27 @@ def _print_endpoints(fleet) -> None:
 
 
 async def _status_loop(fleet, session, refresh_s: float) -> None:
-    from proxy.status import format_table
+    from proxy.status import format_line, format_table
     from proxy.supervisor import exits_since, poll_status
 
     tty, before, drawn = sys.stdout.isatty(), None, 0
+    shown: tuple[tuple[str, str], ...] = ()  # in a log: the replicas and states the last table showed
     reported: set[str] = set()
     while True:
         for line in await exits_since(fleet, reported):  # FleetError when the proxy exited
             _say(f"warning: {line}")
             drawn = 0
         status = await poll_status(session, fleet.proxy_url, fleet.instance)
-        if status is not None:
+        shape = () if status is None else tuple((b.url, b.state) for b in status.backends)
+        if status is not None and not tty and shape == shown:  # a log: one line per refresh...
+            _say(f"{time.strftime('%H:%M:%S')} {format_line(status, before)}")
+            before = status
+        elif status is not None and not tty:  # ...and the table when a replica comes, goes or changes state
+            _say("\n" + format_table(status, before))
+            before, shown = status, shape
+        elif status is not None:  # a terminal: the table redraws in place
             table = format_table(status, before)
-            # On a terminal the table redraws in place; in a log each refresh is appended.
-            clear = f"\x1b[{drawn}F\x1b[J" if tty and drawn else ""
+            clear = f"\x1b[{drawn}F\x1b[J" if drawn else ""
             _say(clear + "\n" + table)
             drawn, before = table.count("\n") + 2, status
         await asyncio.sleep(refresh_s)

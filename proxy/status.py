@@ -117,9 +117,22 @@ def format_table(now: FleetStatus, before: FleetStatus | None = None) -> str:
         kv = "-" if b.kv_usage is None else f"{100 * b.kv_usage:.1f}%"
         lines.append(f"{b.url:<26} {b.flavor or '-':<9} {b.state:<9} {b.in_flight:>9.0f} "
                      f"{_opt(b.waiting, '.0f'):>8} {kv:>7} {rates[b.url]:>7.1f}")
+    lines.append(_total(now, rates))
+    return "\n".join(lines)
+
+
+def _total(now: FleetStatus, rates: Mapping[str, float], extra: str = "") -> str:
     total = (f"{now.ready}/{len(now.backends)} ready, {sum(b.in_flight for b in now.backends):.0f} in flight, "
-             f"{sum(rates.values()):.1f} req/s")
+             f"{extra}{sum(rates.values()):.1f} req/s")
     if now.desired_replicas is not None:
         total += f", autoscaler wants {now.desired_replicas:.0f}"
-    lines.append(total)
-    return "\n".join(lines)
+    return total
+
+
+def format_line(now: FleetStatus, before: FleetStatus | None = None) -> str:
+    """The fleet total on one line, with the queue and the fullest KV cache: what a log that is
+    not a terminal gets each refresh instead of the whole table."""
+    waiting = [b.waiting for b in now.backends if b.waiting is not None]
+    kv = [b.kv_usage for b in now.backends if b.kv_usage is not None]
+    extra = (f"{sum(waiting):.0f} waiting, " if waiting else "") + (f"KV max {100 * max(kv):.1f}%, " if kv else "")
+    return _total(now, requests_per_s(now, before), extra)

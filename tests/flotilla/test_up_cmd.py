@@ -106,6 +106,10 @@ async def test_up_serves_through_the_proxy_and_leaves_no_process_after_sigterm(t
                 assert r.status == 200, answer
                 assert r.headers["x-flotilla-backend"] in {u for u, _ in engines}
         assert answer["usage"]["completion_tokens"] == 5
+        # stdout is a file, not a terminal: after the table, one line per refresh, not a table each time
+        _wait_for(log, r"(\n\d\d:\d\d:\d\d 3/3 ready, \d+ in flight, .*req/s, autoscaler wants 2){3}", proc)
+        text = log.read_text()
+        assert text.count("\nbackend ") < text.count(" 3/3 ready, ") / 2, text
         tree = _tree(proc.pid)
         assert len(tree) >= 4, tree  # three engines and the proxy
         proc.send_signal(signal.SIGTERM)

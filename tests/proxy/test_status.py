@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.status import fleet_status, format_table, parse_proxy_metrics, requests_per_s
+from proxy.status import fleet_status, format_line, format_table, parse_proxy_metrics, requests_per_s
 
 A, B = "http://127.0.0.1:8001", "http://127.0.0.1:8002"
 
@@ -72,3 +72,11 @@ def test_table_has_a_row_per_backend_and_a_fleet_total() -> None:
     assert lines[1].split() == [A, "vllm", "ready", "3", "7", "43.8%", "4.0"]
     assert lines[2].split() == [B, "-", "starting", "0", "-", "-", "0.5"]
     assert lines[3] == "1/2 ready, 3 in flight, 4.5 req/s, autoscaler wants 3"
+
+
+def test_one_line_status_has_the_fleet_total_with_queue_and_fullest_kv_cache() -> None:
+    before = fleet_status(10.0, proxy_text(10, 2, 5), {})
+    now = fleet_status(12.0, proxy_text(16, 4, 6, desired=3), {A: VLLM, B: None})
+    line = format_line(now, before)
+    assert line == "1/2 ready, 3 in flight, 7 waiting, KV max 43.8%, 4.5 req/s, autoscaler wants 3"
+    assert "\n" not in line
