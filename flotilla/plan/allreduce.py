@@ -10,6 +10,7 @@ from fake_engines.perf.catalogue import CatalogueError, LinkSpec
 from fake_engines.perf.memory import matmul_time_s, weight_read_s
 from fake_engines.perf.rounding import fixed
 from flotilla.plan.fit import PlanError, add_catalogue_argument, catalogue, fail
+from flotilla.plan.units import si_json
 
 HELP = "all-reduce traffic per GPU and its time on each link for decode and prefill passes"
 DESCRIPTION = """\
@@ -38,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hidden", type=int, help="hidden size: values per token in each all-reduce")
     parser.add_argument("--layers", type=int, help="transformer layers (two all-reduces each)")
     parser.add_argument("--params", type=float, help="parameters, for the weight-read and prefill references")
-    parser.add_argument("--tp", type=int, default=8, help="tensor-parallel size: GPUs in the ring (default 8)")
+    parser.add_argument("-tp", "--tensor-parallel-size", "--tp", dest="tp", type=int, default=8,
+                        help="tensor-parallel size: GPUs in the ring (default 8; --tp is the old spelling)")
     parser.add_argument("--tokens", type=int_list, default=[1, 64, 4096],
                         help="tokens per forward pass, comma-separated (default 1,64,4096)")
     parser.add_argument("--prefill-from", type=int, default=512,
@@ -81,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         return fail("allreduce", exc)
     passes = [pass_traffic(t, hidden, layers, args.tp, args.dtype_bytes) for t in args.tokens]
     if args.json:
-        print(json.dumps(_as_json(args, passes, links, params), indent=2))
+        print(json.dumps(si_json(_as_json(args, passes, links, params)), indent=2))
         return 0
     _print_table(args, passes, links)
     _print_latency(args, passes[0])

@@ -8,6 +8,7 @@ import sys
 from dataclasses import asdict
 from decimal import ROUND_HALF_UP, Decimal
 
+from flotilla.plan.units import si_json
 from policies.scaling import registry
 from policies.scaling.base import ConfigError
 from policies.scaling.fluid import FluidRun, FluidScenario, RateProfile, simulate
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"flotilla plan autoscale: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"runs": [asdict(r) for r in runs]}, indent=2))
+        print(json.dumps(si_json({"runs": [asdict(r) for r in runs]}), indent=2))
     else:
         for r in runs:
             print(format_run(r))

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from fake_engines.perf.catalogue import load_catalogue
 from fake_engines.perf.chooser import Deployment, choose_layout
 from fake_engines.perf.rounding import fixed
+from flotilla.plan.units import si_json
 
 HELP = "how many GPUs, and which split (TP, PP, replicas, expert parallel) for given weights and GPUs"
 DESCRIPTION = """\
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     choice = choose_layout(deployment)
     if args.json:
-        print(json.dumps({"deployment": asdict(deployment), "choice": asdict(choice)}, indent=2))
+        print(json.dumps(si_json({"deployment": asdict(deployment), "choice": asdict(choice)}), indent=2))
     else:
         print(f"{args.label or _label(deployment):<32} {choice.summary}")
     return 0

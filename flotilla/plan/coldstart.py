@@ -16,6 +16,7 @@ from fake_engines.perf.coldstart import (
     load_s,
 )
 from fake_engines.perf.rounding import fixed
+from flotilla.plan.units import si_json
 
 HELP = "cold start of a new replica (startup + weight load + warm-up) and the requests that pile up"
 DESCRIPTION = """\
@@ -26,9 +27,9 @@ With --arrival-rate and --replica-rate it also prints the backlog: requests arri
 above the ready capacity pile up for the whole cold start.
 
 examples:
-  flotilla plan coldstart --size-gb 16.1 --startup-s 20 --warmup-s 40 --arrival-rate 5 --replica-rate 2 --cold-starts 70,600
+  flotilla plan coldstart --weights-gb 16.1 --startup-s 20 --warmup-s 40 --arrival-rate 5 --replica-rate 2 --cold-starts 70,600
   flotilla plan coldstart --model llama-3.1-70b --bits 8 --source "s3 bucket=0.5"
-  flotilla plan coldstart --size-gb 16.1,70.6 --labels "8B BF16,70B FP8" --json"""
+  flotilla plan coldstart --weights-gb 16.1,70.6 --labels "8B BF16,70B FP8" --json"""
 
 
 def float_list(text: str) -> list[float]:
@@ -45,9 +46,11 @@ def source(text: str) -> WeightSource:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--size-gb", type=float_list, help="weights to load in GB, comma-separated for several models")
+    parser.add_argument("--weights-gb", "--size-gb", dest="size_gb", type=float_list, metavar="GB,...",
+                        help="weights to load in GB, comma-separated for several models (as plan choose spells it; "
+                             "--size-gb is the old spelling)")
     parser.add_argument("--labels", type=lambda t: t.split(","), help="model column text, one per size")
-    parser.add_argument("--model", help="catalogue model name instead of --size-gb (with --bits)")
+    parser.add_argument("--model", help="catalogue model name instead of --weights-gb (with --bits)")
     parser.add_argument("--bits", type=float, default=16, help="bits per weight for --model (default 16)")
     parser.add_argument("--catalogue", action="append", default=[], metavar="FILE",
                         help="extra YAML catalogue adding or overriding models by name (repeatable)")
@@ -73,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"flotilla plan coldstart: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({"rows": rows, "backlogs": backlogs}, indent=2))
+        print(json.dumps(si_json({"rows": rows, "backlogs": backlogs}), indent=2))
         return 0
     _print_rows(rows)
     for b in backlogs:
@@ -102,7 +105,7 @@ def _models(args: argparse.Namespace) -> list[tuple[str, float]]:
         spec = load_catalogue(args.catalogue).model(args.model)
         label = args.labels[0] if args.labels else f"{spec.name} {args.bits:g}-bit"
         return [(label, spec.weight_bytes(args.bits))]
-    raise ValueError("give --size-gb GB or --model NAME")
+    raise ValueError("give --weights-gb GB or --model NAME")
 
 
 def _rows(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from fake_engines.perf.experts import (
 from fake_engines.perf.rounding import fixed
 from flotilla.plan.allreduce import float_list
 from flotilla.plan.fit import PlanError, fail
+from flotilla.plan.units import si_json
 
 HELP = "expert-parallel work per device from expert loads, imbalance, better placements, hot-expert replicas"
 DESCRIPTION = """\
@@ -131,8 +132,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         doc = {name: {"experts": p.experts, "work": p.work, "max": p.max_work, "mean": p.mean_work,
                       "imbalance": p.imbalance} for name, p in placements.items()}
-        print(json.dumps({"placements": doc, "remote_copies": remote, "copies": total, "copy_matrix": copies,
-                          "expert_loads": args.loads, "all_to_all_bytes_per_layer": kib * 1024}, indent=2))
+        print(json.dumps(si_json({"placements": doc, "remote_copies": remote, "copies": total, "copy_matrix": copies,
+                          "expert_loads": args.loads, "all_to_all_bytes_per_layer": kib * 1024}), indent=2))
         return 0
     for line in _matrix(copies) if copies else []:
         print(line)

@@ -22,6 +22,7 @@ from fake_engines.perf.catalogue import (
 from fake_engines.perf.memory import PRECISIONS_BITS, FitReport, fit
 from fake_engines.perf.rounding import fixed
 from flotilla.errors import FlagError
+from flotilla.plan.units import si_json
 
 HELP = "weights, KV cache, GPUs needed and weight-read time for a model, users and context"
 DESCRIPTION = """\
@@ -148,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     except (PlanError, CatalogueError) as exc:
         return fail("fit", exc)
     if args.json:
-        print(json.dumps([{**asdict(r), "total_bytes": r.total_bytes} for r in reports], indent=2))
+        print(json.dumps(si_json([{**asdict(r), "total_bytes": r.total_bytes} for r in reports]), indent=2))
         return 0
     labels = {m.name: label for label, m in models}
     width = max([5] + [len(label) for label in labels.values()])

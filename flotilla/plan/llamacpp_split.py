@@ -15,6 +15,7 @@ from fake_engines.perf.layout_llamacpp import (
     assign_layers_single_gpu,
     resolve_proportions,
 )
+from flotilla.plan.units import si_json
 
 HELP = "layers per GPU for llama.cpp's layer split from -ngl and -ts (or free memory)"
 DESCRIPTION = """\
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"flotilla plan llamacpp-split: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(_as_json(split, args), indent=2))
+        print(json.dumps(si_json(_as_json(split, args)), indent=2))
     else:
         _print_table(split, args)
     return 0

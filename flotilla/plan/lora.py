@@ -17,6 +17,7 @@ from fake_engines.perf.lora import (
     vllm_adapter_buffer_bytes_per_gpu,
 )
 from fake_engines.perf.rounding import fixed, percent
+from flotilla.plan.units import si_json
 
 HELP = "LoRA adapter memory per rank, vLLM's --max-loras/--max-lora-rank buffers, merged vs shared models"
 DESCRIPTION = """\
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"flotilla plan lora: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(si_json(report), indent=2))
     else:
         _print_table(report)
     return 0

@@ -9,6 +9,7 @@ from fake_engines.perf.pipeline import Timeline, batches_in_flight, busy_share, 
 from fake_engines.perf.rounding import fixed
 from flotilla.plan.allreduce import int_list
 from flotilla.plan.fit import PlanError, fail
+from flotilla.plan.units import si_json
 
 HELP = "pipeline-parallel busy share m / (m + p - 1), timelines, and batches in flight"
 DESCRIPTION = """\
@@ -66,14 +67,15 @@ def run(args: argparse.Namespace) -> int:
     if args.timeline:
         lines = [timeline(p, m) for p, m in args.timeline]
         if args.json:
-            print(json.dumps([{"stages": t.stages, "micro_batches": t.micro_batches, "cells": t.cells,
-                               "busy": t.busy, "slots": t.slots, "busy_share": t.busy_share} for t in lines]))
+            print(json.dumps(si_json([{"stages": t.stages, "micro_batches": t.micro_batches, "cells": t.cells,
+                                       "busy": t.busy, "slots": t.slots, "busy_share": t.busy_share}
+                                      for t in lines])))
             return 0
         for t in lines:
             _print_timeline(t)
         return 0
     if args.json:
-        print(json.dumps(_as_json(args), indent=2))
+        print(json.dumps(si_json(_as_json(args)), indent=2))
         return 0
     _print_table(args)
     _print_in_flight(args)

@@ -21,6 +21,7 @@ from flotilla.plan.fit import (
     fail,
     resolve_gpu,
 )
+from flotilla.plan.units import si_json
 
 HELP = "time of one engine step (decode batch and/or prefill) on a GPU and parallel layout"
 DESCRIPTION = """\
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
            "transfer_s": parts.transfer_s, "tokens_per_s": batch.tokens / parts.interval_s,
            "kv_cache_blocks": blocks}
     if args.json:
-        print(json.dumps(doc, indent=2))
+        print(json.dumps(si_json(doc), indent=2))
         return 0
     _print(args, doc, batch, layout)
     return 0

@@ -8,6 +8,7 @@ import json
 import numpy as np
 
 from fake_engines.perf.tensor_split import column_split, lesson_column_inputs, lesson_mlp_inputs, mlp_split
+from flotilla.plan.units import si_json
 
 HELP = "show a column split and a column-then-row MLP split on two simulated devices"
 DESCRIPTION = """\
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     col = column_split(*lesson_column_inputs(), devices=args.devices)
     mlp = mlp_split(*lesson_mlp_inputs(), devices=args.devices)
     if args.json:
-        print(json.dumps(_as_json(col, mlp), indent=2))
+        print(json.dumps(si_json(_as_json(col, mlp)), indent=2))
         return 0
     print("one device   :" + show(col.full, 4))
     for d, part in enumerate(col.parts):

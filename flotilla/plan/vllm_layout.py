@@ -8,6 +8,7 @@ import sys
 
 from fake_engines.perf.catalogue import load_catalogue
 from fake_engines.perf.layout_vllm import VllmLayout
+from flotilla.plan.units import si_json
 
 HELP = "what vLLM's -tp -pp -dp --enable-expert-parallel add up to: GPUs, engines, expert layers"
 DESCRIPTION = """\
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     label = args.label or args.model or ("MoE" if moe else "dense")
     if args.json:
-        print(json.dumps(_as_json(layout, label), indent=2))
+        print(json.dumps(si_json(_as_json(layout, label)), indent=2))
         return 0
     width = max(9, len(label))  # the lesson's column width; a long model name widens it
     print(f"{'model':<{width}}  {COLUMNS}")
