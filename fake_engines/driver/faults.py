@@ -279,16 +279,24 @@ def install(app: web.Application, injector: FaultInjector, step_owners: list) ->
 
 def add_fault_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("fault injection (see also POST /admin/faults)")
-    g.add_argument("--fault-exit-after-requests", type=int, default=None, metavar="N")
-    g.add_argument("--fault-exit-at-s", type=float, default=None, metavar="T")
-    g.add_argument("--fault-hang", action="store_true")
-    g.add_argument("--fault-slow-factor", type=float, default=1.0, metavar="K")
-    g.add_argument("--fault-error-status", type=int, default=500, choices=ERROR_STATUSES)
-    g.add_argument("--fault-error-rate", type=float, default=0.0)
-    g.add_argument("--fault-drop-after-tokens", type=int, default=None, metavar="K")
-    g.add_argument("--fault-refuse-s", type=float, default=None, metavar="T")
-    g.add_argument("--fault-slow-start-factor", type=float, default=1.0, metavar="K")
-    g.add_argument("--fault-seed", type=int, default=0)
+    g.add_argument("--fault-exit-after-requests", type=int, default=None, metavar="N",
+                   help="crash when generation request number N+1 arrives")
+    g.add_argument("--fault-exit-at-s", type=float, default=None, metavar="T",
+                   help="crash T real seconds after start")
+    g.add_argument("--fault-hang", action="store_true", help="accept every request and never answer")
+    g.add_argument("--fault-slow-factor", type=float, default=1.0, metavar="K",
+                   help="multiply every engine step's duration by K")
+    g.add_argument("--fault-error-status", type=int, default=500, choices=ERROR_STATUSES,
+                   help="status of injected errors")
+    g.add_argument("--fault-error-rate", type=float, default=0.0,
+                   help="share of generation requests answered with --fault-error-status, in [0, 1]")
+    g.add_argument("--fault-drop-after-tokens", type=int, default=None, metavar="K",
+                   help="streamed answers lose their connection after K events")
+    g.add_argument("--fault-refuse-s", type=float, default=None, metavar="T",
+                   help="close the listening socket for T real seconds")
+    g.add_argument("--fault-slow-start-factor", type=float, default=1.0, metavar="K",
+                   help="multiply the cold start by K")
+    g.add_argument("--fault-seed", type=int, default=0, help="seed of the error draw")
 
 
 def faults_from_args(args: argparse.Namespace) -> FaultConfig:

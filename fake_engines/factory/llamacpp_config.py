@@ -15,6 +15,11 @@ from flotilla.cli_errors import OneLineParser, port_number
 from flotilla.errors import FlagError
 
 SPLIT_MODES = ("none", "layer", "row", "tensor")
+FLASH_ATTN = ("on", "off", "auto")
+CACHE_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
+                    "iq4_nl": 18 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32}
+"""Bytes per KV element of llama.cpp's -ctk/-ctv types (ggml block size over 32 elements: q8_0
+stores 32 int8 plus an f16 scale in 34 bytes)."""
 
 
 class ServerConfigError(FlagError):
@@ -55,6 +60,14 @@ class LlamaServerConfig:
     """False with --no-slots: /slots answers 501."""
     slot_prompt_similarity: float = 0.10
     """--slot-prompt-similarity: least common-prefix share to pick a slot by its cache."""
+    flash_attn: str = "auto"
+    """-fa: on, off or auto."""
+    cache_type_k: str = "f16"
+    """-ctk: K cache element type."""
+    cache_type_v: str = "f16"
+    """-ctv: V cache element type."""
+    cache_ram_mib: int = 8192
+    """--cache-ram: host-memory prompt cache in MiB (-1 no limit, 0 off)."""
     host: str = "127.0.0.1"
     """Address to bind."""
     port: int = 8080
@@ -88,6 +101,14 @@ class LlamaServerConfig:
             raise ServerConfigError(f"--slot-prompt-similarity must be in [0, 1], got {self.slot_prompt_similarity}")
         if not 0 <= self.main_gpu < self.num_gpus:
             raise ServerConfigError(f"-mg must be in [0, {self.num_gpus}), got {self.main_gpu}")
+        if self.flash_attn not in FLASH_ATTN:
+            raise ServerConfigError(f"-fa must be one of {', '.join(FLASH_ATTN)}, got {self.flash_attn!r}")
+        for flag, value in (("-ctk", self.cache_type_k), ("-ctv", self.cache_type_v)):
+            if value not in CACHE_TYPE_BYTES:
+                raise ServerConfigError(f"{flag}: Unsupported cache type: {value} "
+                                        f"(allowed: {', '.join(CACHE_TYPE_BYTES)})")
+        if self.cache_ram_mib < -1:
+            raise ServerConfigError(f"--cache-ram must be >= -1, got {self.cache_ram_mib}")
         if self.time_scale <= 0 or self.load_gbps <= 0:
             raise ServerConfigError("--time-scale and --load-gbps must be > 0")
         if self.startup_s < 0 or not self.mean_output_tokens > 0:
@@ -97,6 +118,11 @@ class LlamaServerConfig:
     def num_gpus(self) -> int:
         """GPUs the server sees: one per -ts entry, else one."""
         return max(len(self.tensor_split), 1)
+
+    @property
+    def kv_bytes_per_element(self) -> float:
+        """Mean bytes of a K and a V element for -ctk / -ctv."""
+        return (CACHE_TYPE_BYTES[self.cache_type_k] + CACHE_TYPE_BYTES[self.cache_type_v]) / 2
 
     @property
     def model_id(self) -> str:
@@ -118,26 +144,41 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser,
                  extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.ArgumentParser:
     """llama-server's flags that shape what clients observe, plus the look-alike's own; `extra`
     adds the flags only the command line has (--print-config)."""
-    p = parser_class(prog="fake-llama-server", description="Look-alike of llama.cpp's llama-server.")
-    p.add_argument("-m", "--model", required=True)
-    p.add_argument("-a", "--alias", default=None)
-    p.add_argument("-c", "--ctx-size", type=int, default=4096)
-    p.add_argument("-np", "--parallel", type=int, default=-1)
-    p.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", type=int, default=-1)
-    p.add_argument("-sm", "--split-mode", default="layer", choices=list(SPLIT_MODES))
-    p.add_argument("-ts", "--tensor-split", default=None)
-    p.add_argument("-mg", "--main-gpu", type=int, default=0)
-    p.add_argument("-b", "--batch-size", type=int, default=2048)
-    p.add_argument("-ub", "--ubatch-size", type=int, default=512)
-    p.add_argument("--lora", action="append", default=[], metavar="FNAME")
-    p.add_argument("--lora-scaled", action="append", nargs=2, default=[], metavar=("FNAME", "SCALE"))
-    p.add_argument("--no-warmup", action="store_true")
-    p.add_argument("--metrics", action="store_true")
-    p.add_argument("--no-slots", action="store_true")
-    p.add_argument("--slot-prompt-similarity", "-sps", type=float, default=0.10)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=port_number, default=8080)
-    p.add_argument("--api-key", default=None)
+    # allow_abbrev=False: llama.cpp matches whole spellings only, so -ctk is -ctk, never -c tk
+    p = parser_class(prog="fake-llama-server", description="Look-alike of llama.cpp's llama-server.",
+                     allow_abbrev=False)
+    p.add_argument("-m", "--model", required=True, metavar="FNAME",
+                   help="a GGUF file, or <catalogue-model or Hugging Face name>-<QUANT>.gguf (need not exist)")
+    p.add_argument("-a", "--alias", default=None, help="model id clients see (default: -m as given)")
+    p.add_argument("-c", "--ctx-size", type=int, default=4096, metavar="N", help="KV cells shared by all slots")
+    p.add_argument("-np", "--parallel", type=int, default=-1, metavar="N", help="slots; -1: auto (4)")
+    p.add_argument("-ngl", "--n-gpu-layers", "--gpu-layers", type=int, default=-1, metavar="N",
+                   help="layers on GPUs; -1: all")
+    p.add_argument("-sm", "--split-mode", default="layer", choices=list(SPLIT_MODES),
+                   help="how layers spread over GPUs")
+    p.add_argument("-ts", "--tensor-split", default=None, metavar="N0,N1,...", help="share of layers per GPU")
+    p.add_argument("-mg", "--main-gpu", type=int, default=0, metavar="INDEX", help="the GPU used with -sm none")
+    p.add_argument("-b", "--batch-size", type=int, default=2048, metavar="N", help="logical batch")
+    p.add_argument("-ub", "--ubatch-size", type=int, default=512, metavar="N", help="physical batch")
+    p.add_argument("--lora", action="append", default=[], metavar="FNAME", help="LoRA adapter at scale 1")
+    p.add_argument("--lora-scaled", action="append", nargs=2, default=[], metavar=("FNAME", "SCALE"),
+                   help="LoRA adapter with its scale")
+    p.add_argument("--no-warmup", action="store_true", help="skip the warm-up decode at start")
+    p.add_argument("--metrics", action="store_true", help="serve /metrics")
+    p.add_argument("--no-slots", action="store_true", help="/slots answers 501")
+    p.add_argument("--slot-prompt-similarity", "-sps", type=float, default=0.10, metavar="SIMILARITY",
+                   help="least common-prefix share to pick a slot by its cache")
+    p.add_argument("-fa", "--flash-attn", nargs="?", const="on", default="auto", choices=FLASH_ATTN,
+                   help="flash attention: on, off or auto (default auto)")
+    p.add_argument("-ctk", "--cache-type-k", default="f16", choices=tuple(CACHE_TYPE_BYTES),
+                   help="K cache type; q8_0 halves the KV bytes each step reads")
+    p.add_argument("-ctv", "--cache-type-v", default="f16", choices=tuple(CACHE_TYPE_BYTES),
+                   help="V cache type; q8_0 halves the KV bytes each step reads")
+    p.add_argument("-cram", "--cache-ram", type=int, default=8192, metavar="N",
+                   help="host-memory prompt cache, MiB (default 8192, -1 no limit, 0 off)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind")
+    p.add_argument("--port", type=port_number, default=8080, help="TCP port; 0 picks a free one")
+    p.add_argument("--api-key", default=None, help="bearer token required on all but the public routes")
     from fake_engines.driver.faults import add_fault_arguments
 
     add_fault_arguments(p)
@@ -147,11 +188,16 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser,
     look.add_argument("--time-scale", type=float, default=1.0, help="0.01 runs 100x faster than modelled")
     look.add_argument("--seed", type=int, default=0)
     look.add_argument("--load-gbps", type=float, default=5.0, help="weight loading bandwidth, GB/s")
-    look.add_argument("--startup-seconds", type=float, default=0.5)
+    look.add_argument("--startup-seconds", type=float, default=0.5,
+                      help="process start-up before the model loads, modelled seconds")
     look.add_argument("--mean-output-tokens", type=float, default=128.0,
                       help="mean output length before EOS when a request does not ignore it")
     if extra is not None:
         extra(p)
+    from fake_engines.factory.upstream import add_upstream_flags
+    from fake_engines.llamacpp.upstream_flags import FLAGS
+
+    add_upstream_flags(p, FLAGS, "llama-server flags accepted without effect")
     return p
 
 
@@ -163,7 +209,8 @@ def config_from_args(args: argparse.Namespace) -> LlamaServerConfig:
         n_gpu_layers=args.n_gpu_layers, split_mode=args.split_mode, tensor_split=parse_tensor_split(args.tensor_split),
         main_gpu=args.main_gpu, n_batch=args.batch_size, n_ubatch=args.ubatch_size, loras=loras,
         warmup=not args.no_warmup, metrics=args.metrics, slots=not args.no_slots,
-        slot_prompt_similarity=args.slot_prompt_similarity, host=args.host, port=args.port, api_key=args.api_key,
+        slot_prompt_similarity=args.slot_prompt_similarity, flash_attn=args.flash_attn,
+        cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v, cache_ram_mib=args.cache_ram, host=args.host, port=args.port, api_key=args.api_key,
         gpu=args.gpu, catalogue=tuple(args.catalogue), time_scale=args.time_scale, seed=args.seed,
         load_gbps=args.load_gbps, startup_s=args.startup_seconds, mean_output_tokens=args.mean_output_tokens)
 
@@ -175,7 +222,8 @@ def _scale(text: str) -> float:
         raise ServerConfigError(f"--lora-scaled expects FNAME SCALE with a number for SCALE, got {text!r}") from None
 
 
-OPTION_FLAGS: dict[str, str] = {"n_ctx": "-c", "n_parallel": "-np", "n_gpu_layers": "-ngl", "split_mode": "-sm",
+OPTION_FLAGS: dict[str, str] = {"flash_attn": "-fa", "cache_type_k": "-ctk", "cache_type_v": "-ctv",
+                                "cache_ram_mib": "--cache-ram", "n_ctx": "-c", "n_parallel": "-np", "n_gpu_layers": "-ngl", "split_mode": "-sm",
                                 "tensor_split": "-ts", "main_gpu": "-mg", "n_batch": "-b", "n_ubatch": "-ub",
                                 "alias": "-a", "startup_s": "--startup-seconds"}
 """Config fields whose flag is not `--` plus the field name with dashes (fake_engines.factory.option_flags)."""

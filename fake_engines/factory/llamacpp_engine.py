@@ -34,6 +34,8 @@ class LlamaEngineSpec:
     """Start-up + weight load (+ one warm-up step), modelled seconds."""
     catalogue: tuple[str, ...] = ()
     """Extra catalogue files the GPU and link were looked up in."""
+    kv_bytes: float = 2.0
+    """Bytes per KV element (-ctk / -ctv; f16 by default, whatever the weights' quantisation)."""
 
 
 def place_layers(config: LlamaServerConfig, n_layer: int) -> LlamaCppSplit:
@@ -52,11 +54,11 @@ def size_engine(config: LlamaServerConfig, model: GgufModel) -> LlamaEngineSpec:
     if config.split_mode in ("row", "tensor") and config.num_gpus > 1:
         # row/tensor split every matrix over the GPUs: tensor parallelism, not a pipeline
         layout = Layout(tp=config.num_gpus, link=LINK, gpu_layer_fraction=split.gpu_layer_fraction)
-    spec_without_start = LlamaEngineSpec(model, gpu, split, layout, 0.0, config.catalogue)
+    spec_without_start = LlamaEngineSpec(model, gpu, split, layout, 0.0, config.catalogue, config.kv_bytes_per_element)
     warmup_s = step_time_fn(spec_without_start)(StepBatch(prefill_tokens=1, prefill_attended_tokens=1)) \
         if config.warmup else 0.0
     cold = coldstart.cold_start_s(model.size_bytes, config.load_gbps, config.startup_s, warmup_s)
-    return LlamaEngineSpec(model, gpu, split, layout, cold, config.catalogue)
+    return LlamaEngineSpec(model, gpu, split, layout, cold, config.catalogue, config.kv_bytes_per_element)
 
 
 def scheduler_config(config: LlamaServerConfig, model: GgufModel) -> LlamaCppSchedulerConfig:
@@ -80,6 +82,6 @@ def step_time_fn(spec: LlamaEngineSpec) -> Callable[[StepBatch], float]:
     def seconds(batch: StepBatch) -> float:
         # a GGUF's bytes per weight are fractional (4.85 bits for Q4_K_M); the perf model only multiplies by them
         return step_time.step_time_s(spec.model.spec, spec.gpu, batch, spec.layout, link,
-                                     weight_bytes)  # type: ignore[arg-type]
+                                     weight_bytes, kv_dtype_bytes=spec.kv_bytes)  # type: ignore[arg-type]
 
     return seconds

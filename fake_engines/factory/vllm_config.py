@@ -186,6 +186,13 @@ class VllmServeConfig:
     """Extra catalogue YAML files (models, GPUs, links) laid over the built-in one."""
     dtype: str = "bfloat16"
     """Weight dtype: bfloat16/float16 (16 bit), fp8/int8 (8 bit), float32."""
+    kv_cache_dtype: str = "auto"
+    """--kv-cache-dtype: the KV cache's element type; auto is the weights' (KV_CACHE_DTYPE_BYTES)."""
+    enforce_eager: bool = False
+    """--enforce-eager: no CUDA graphs, decode steps pay their kernel launches."""
+    cpu_offload_gb: float = 0.0
+    """--cpu-offload-gb: GiB of weights per GPU held in host memory (more KV cache, each step
+    streams them over PCIe)."""
     time_scale: float = 1.0
     """Multiply every modelled duration by this (0.01 runs 100x faster)."""
     seed: int = 0
@@ -215,6 +222,11 @@ class VllmServeConfig:
         for name in ("time_scale", "load_gbps", "mean_output_tokens"):
             if not getattr(self, name) > 0:
                 raise ServeConfigError(f"--{name.replace('_', '-')} must be > 0, got {getattr(self, name)}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPE_BYTES:
+            raise ServeConfigError(f"--kv-cache-dtype must be one of {', '.join(KV_CACHE_DTYPE_BYTES)}, "
+                                   f"got {self.kv_cache_dtype!r}")
+        if self.cpu_offload_gb < 0:
+            raise ServeConfigError(f"--cpu-offload-gb must be >= 0, got {self.cpu_offload_gb}")
         if self.dtype not in DTYPE_BITS:
             raise ServeConfigError(f"--dtype must be one of {sorted(DTYPE_BITS)}, got {self.dtype!r}")
         if self.prefix_caching_hash_algo not in HASH_ALGOS:
@@ -250,8 +262,16 @@ class VllmServeConfig:
 
 
 DTYPE_BITS = {"auto": 16.0, "bfloat16": 16.0, "float16": 16.0, "half": 16.0, "fp8": 8.0, "int8": 8.0,
-              "float32": 32.0}
+              "float32": 32.0, "float": 32.0}
 """Bits per weight for each --dtype value."""
+
+KV_CACHE_DTYPE_BYTES: dict[str, float | None] = {
+    "auto": None, "bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "fp8_inc": 1.0,
+    "fp8_ds_mla": 1.0, "fp8_per_token_head": 1.0, "int8_per_token_head": 1.0, "nvfp4_ds_mla": 0.5,
+    "int4_per_token_head": 0.5, "nvfp4": 0.5, "nvfp4_4over6": 0.5, "ultraquant_4bit": 0.5,
+    "turboquant_k8v4": 0.75, "turboquant_4bit_nc": 0.5, "turboquant_k3v4_nc": 0.4375, "turboquant_3bit_nc": 0.375}
+"""Bytes per KV element for each of vLLM 0.32's --kv-cache-dtype values (CacheDType in
+vllm/config/cache.py); None: the weights' dtype. Per-block scales are left out (under 1 %)."""
 
 
 def default_batch_limits(gpu_memory_gb: float, gpu_name: str) -> tuple[int, int]:
@@ -294,17 +314,21 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser,
     parser = parser_class(prog="fake-vllm", description="Look-alike of `vllm serve`.")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve a model over the OpenAI API")
-    serve.add_argument("model", help="catalogue model name, or a path whose last part names one")
-    serve.add_argument("--served-model-name", nargs="+", default=None)
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=port_number, default=8000)
-    serve.add_argument("--api-key", default=None)
-    serve.add_argument("-tp", "--tensor-parallel-size", type=int, default=1)
-    serve.add_argument("-pp", "--pipeline-parallel-size", type=int, default=1)
-    serve.add_argument("-dp", "--data-parallel-size", type=int, default=1)
-    serve.add_argument("--enable-expert-parallel", action="store_true")
-    serve.add_argument("--max-num-seqs", type=int, default=None)
-    serve.add_argument("--max-num-batched-tokens", type=int, default=None)
+    serve.add_argument("model", help="a catalogue model name, or a Hugging Face id or path naming one "
+                                     "(meta-llama/Llama-3.1-8B-Instruct; the catalogue's rule: docs/fidelity.md)")
+    serve.add_argument("--served-model-name", nargs="+", default=None,
+                       help="the name(s) clients use; default MODEL as given")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=port_number, default=8000, help="TCP port; 0 picks a free one")
+    serve.add_argument("--api-key", default=None, help="bearer token required on /v1 routes")
+    serve.add_argument("-tp", "--tensor-parallel-size", type=int, default=1, help="GPUs splitting every layer")
+    serve.add_argument("-pp", "--pipeline-parallel-size", type=int, default=1, help="pipeline stages")
+    serve.add_argument("-dp", "--data-parallel-size", type=int, default=1, help="engine replicas behind this server")
+    serve.add_argument("-ep", "--enable-expert-parallel", action="store_true",
+                       help="MoE layers hold whole experts per GPU")
+    serve.add_argument("--max-num-seqs", type=int, default=None, help="most running requests; default vLLM's for the GPU")
+    serve.add_argument("--max-num-batched-tokens", type=int, default=None,
+                       help="step token budget; default vLLM's for the GPU")
     serve.add_argument("--max-model-len", type=max_model_len_arg, default=None,
                        help="tokens; default the model's context length; auto (-1): what the KV cache holds")
     serve.add_argument("--gpu-memory-utilization", type=float, default=0.9)
@@ -316,7 +340,15 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser,
     serve.add_argument("--max-loras", type=int, default=1)
     serve.add_argument("--max-lora-rank", type=int, default=16)
     serve.add_argument("--lora-modules", nargs="+", default=[], metavar="NAME=PATH")
-    serve.add_argument("--enable-prompt-tokens-details", action="store_true")
+    serve.add_argument("--enable-prompt-tokens-details", action="store_true",
+                       help="report usage.prompt_tokens_details.cached_tokens")
+    serve.add_argument("--kv-cache-dtype", choices=tuple(KV_CACHE_DTYPE_BYTES), default="auto",
+                       help="KV cache element type; fp8 holds twice the tokens of bfloat16 and reads half the bytes")
+    serve.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=False,
+                       help="no CUDA graphs: decode steps pay every kernel launch")
+    serve.add_argument("--cpu-offload-gb", type=float, default=0.0,
+                       help="GiB of weights per GPU kept in host memory: more KV cache, and every step "
+                            "streams them over PCIe")
     serve.add_argument("--kv-events-config", type=_kv_events_arg, default=None, metavar="JSON",
                        help='vLLM\'s KVEventsConfig, e.g. {"enable_kv_cache_events": true, "publisher": "zmq", '
                             '"endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic": "kv-events"}')
@@ -326,6 +358,14 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser,
     _add_look_alike_arguments(serve)
     if extra is not None:
         extra(serve)
+    from fake_engines.factory.upstream import add_upstream_flags
+    from fake_engines.vllm.upstream_flags import FLAGS
+
+    # `--model` stays the positional MODEL; -h is argparse's own
+    add_upstream_flags(serve, FLAGS, "vllm serve 0.32.0 flags accepted without effect", skip=("--model",))
+    # vLLM's FlexibleArgumentParser reads -O3 as --optimization-level 3 and -O.x=y as --compilation-config
+    serve._action_groups[-1].add_argument("-O", dest="upstream_O", metavar="LEVEL|.KEY=VALUE", default=None,
+                                          help="compilation level or config (accepted; no effect on the look-alike)")
     return parser
 
 
@@ -338,17 +378,22 @@ def _add_look_alike_arguments(serve: argparse.ArgumentParser) -> None:
     look.add_argument("--time-scale", type=float, default=1.0, help="0.01 runs 100x faster than modelled")
     look.add_argument("--seed", type=int, default=0)
     look.add_argument("--load-gbps", type=float, default=5.0, help="weight loading bandwidth, GB/s")
-    look.add_argument("--startup-seconds", type=float, default=5.0)
-    look.add_argument("--warmup-seconds", type=float, default=10.0)
+    look.add_argument("--startup-seconds", type=float, default=5.0,
+                      help="process start-up before weights load, modelled seconds")
+    look.add_argument("--warmup-seconds", type=float, default=10.0,
+                      help="CUDA-graph capture and compile after loading, modelled seconds")
     look.add_argument("--mean-output-tokens", type=float, default=128.0,
                       help="mean output length before EOS when a request does not ignore it")
     shape = serve.add_argument_group("explicit model shape (instead of a catalogue model)")
     shape.add_argument("--params", type=float, help="parameters, all experts included, e.g. 8.03e9")
     for name in SHAPE_FLAGS[1:]:
-        shape.add_argument(f"--{name.replace('_', '-')}", type=int)
+        shape.add_argument(f"--{name.replace('_', '-')}", type=int, help=f"config.json {SHAPE_HELP[name]}")
 
 
 SHAPE_FLAGS = ("params", "layers", "kv_heads", "head_dim", "hidden", "heads", "intermediate", "vocab")
+SHAPE_HELP = {"layers": "num_hidden_layers", "kv_heads": "num_key_value_heads", "head_dim": "head_dim (default 128)",
+              "hidden": "hidden_size", "heads": "num_attention_heads", "intermediate": "intermediate_size",
+              "vocab": "vocab_size"}
 
 
 def _shape(args: argparse.Namespace) -> dict[str, float] | None:
@@ -370,6 +415,7 @@ def config_from_args(args: argparse.Namespace) -> VllmServeConfig:
         enable_lora=args.enable_lora, max_loras=args.max_loras, max_lora_rank=args.max_lora_rank,
         lora_modules=parse_lora_modules(args.lora_modules),
         enable_prompt_tokens_details=args.enable_prompt_tokens_details, kv_events_config=args.kv_events_config,
+        kv_cache_dtype=args.kv_cache_dtype, enforce_eager=args.enforce_eager, cpu_offload_gb=args.cpu_offload_gb,
         gpu=args.gpu, link=args.link,
         catalogue=tuple(args.catalogue), dtype=args.dtype, time_scale=args.time_scale, seed=args.seed,
         load_gbps=args.load_gbps, startup_s=args.startup_seconds, warmup_s=args.warmup_seconds,

@@ -11,7 +11,6 @@ import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import PurePath
 
 import numpy as np
 
@@ -19,6 +18,7 @@ from fake_engines.core import VllmScheduler, VllmSchedulerConfig
 from fake_engines.factory.catalogue import catalogue_of
 from fake_engines.factory.vllm_config import (
     AUTO_MAX_MODEL_LEN,
+    KV_CACHE_DTYPE_BYTES,
     ServeConfigError,
     VllmServeConfig,
     default_batch_limits,
@@ -61,14 +61,13 @@ class VllmEngineSpec:
 
 
 def resolve_model(name: str, catalogue: Catalogue | None = None) -> ModelSpec:
-    """A catalogue model by name, or by the last part of a path (/models/llama-3.1-8b)."""
+    """The catalogue model MODEL names: a catalogue name, a path or Hugging Face id whose last part
+    names one, or an instruct / quantised variant of one (the catalogue's rule, Catalogue.model)."""
     catalogue = catalogue or catalogue_of()
-    for candidate in (name, PurePath(name).name, PurePath(name).name.lower()):
-        try:
-            return catalogue.model(candidate)
-        except (CatalogueError, KeyError):
-            continue
-    raise ServeConfigError(f"model {name!r} is not in the catalogue ({', '.join(sorted(catalogue.models))})")
+    try:
+        return catalogue.model(name)
+    except CatalogueError as exc:
+        raise ServeConfigError(f"model {name!r} is not in the catalogue: {exc}") from None
 
 
 def model_of(config: VllmServeConfig) -> ModelSpec:
@@ -88,11 +87,13 @@ def size_engine(config: VllmServeConfig) -> VllmEngineSpec:
     gpu = catalogue.gpu(config.gpu)
     catalogue.link(config.link)  # an unknown link fails here, as the step-time model would later
     layout = Layout(tp=config.tensor_parallel_size, pp=config.pipeline_parallel_size,
-                    dp=config.data_parallel_size, ep=config.enable_expert_parallel, link=config.link)
+                    dp=config.data_parallel_size, ep=config.enable_expert_parallel, link=config.link,
+                    eager=config.enforce_eager)
     dtype_bytes = dtype_bytes_of(config)
-    weights = kv_cache.weight_bytes_per_gpu(model, layout, dtype_bytes)
+    weights = kv_cache.weight_bytes_per_gpu(model, layout, dtype_bytes) - offloaded_bytes(config, model, layout)
     _check_weights_fit(weights, gpu)
-    block_bytes = kv_cache.kv_bytes_per_token_per_gpu(model, layout, dtype_bytes) * config.resolved_block_size
+    block_bytes = kv_cache.kv_bytes_per_token_per_gpu(model, layout, kv_dtype_bytes_of(config)) \
+        * config.resolved_block_size
     blocks = config.num_gpu_blocks_override or _capacity_blocks(config, model, gpu, layout, dtype_bytes)
     max_model_len = _max_model_len(config, model, blocks)
     _check_max_model_len(max_model_len, config.resolved_block_size, blocks, block_bytes)
@@ -140,8 +141,19 @@ def batch_limits(config: VllmServeConfig, gpu: GpuSpec, max_model_len: int) -> t
 
 
 def dtype_bytes_of(config: VllmServeConfig) -> int:
-    """Bytes per weight (and KV element) for --dtype."""
+    """Bytes per weight (and KV element unless --kv-cache-dtype says) for --dtype."""
     return max(1, round(config.weight_bits / 8))
+
+
+def kv_dtype_bytes_of(config: VllmServeConfig) -> float:
+    """Bytes per KV element: --kv-cache-dtype's, or the weights' for auto."""
+    return KV_CACHE_DTYPE_BYTES[config.kv_cache_dtype] or dtype_bytes_of(config)
+
+
+def offloaded_bytes(config: VllmServeConfig, model: ModelSpec, layout: Layout) -> float:
+    """Weight bytes per GPU --cpu-offload-gb keeps in host memory (at most all of them)."""
+    weights = kv_cache.weight_bytes_per_gpu(model, layout, dtype_bytes_of(config))
+    return min(config.cpu_offload_gb * GIB, weights)
 
 
 def lora_reserve_bytes(config: VllmServeConfig, model: ModelSpec, layout: Layout) -> float:
@@ -156,10 +168,13 @@ def lora_reserve_bytes(config: VllmServeConfig, model: ModelSpec, layout: Layout
 
 def _capacity_blocks(config: VllmServeConfig, model: ModelSpec, gpu: GpuSpec, layout: Layout,
                      dtype_bytes: int) -> int:
-    reserve_gb = kv_cache.ACTIVATION_RESERVE_GB + lora_reserve_bytes(config, model, layout) / 1e9
+    # weights offloaded to the host free their GPU memory for the KV cache
+    reserve_gb = (kv_cache.ACTIVATION_RESERVE_GB + lora_reserve_bytes(config, model, layout) / 1e9
+                  - offloaded_bytes(config, model, layout) / 1e9)
     try:
         return kv_cache.kv_cache_blocks(model, gpu, layout, config.gpu_memory_utilization,
-                                        config.resolved_block_size, dtype_bytes, reserve_gb)
+                                        config.resolved_block_size, dtype_bytes, reserve_gb,
+                                        kv_dtype_bytes=kv_dtype_bytes_of(config))
     except kv_cache.KvCacheMemoryError as exc:
         raise ModelDoesNotFit(f"ValueError: {exc}") from None
 
@@ -204,16 +219,35 @@ def step_time_fn(config: VllmServeConfig, spec: VllmEngineSpec) -> Callable[[Ste
     """Seconds one step takes on this model, GPU and layout (the perf model)."""
     link = catalogue_of(config.catalogue).link(spec.layout.link)
     dtype_bytes = dtype_bytes_of(config)
+    kv_bytes = kv_dtype_bytes_of(config)
+    offload_s = offload_step_s(config, spec)
 
     def seconds(batch: StepBatch) -> float:
-        return step_time.step_time_s(spec.model, spec.gpu, batch, spec.layout, link, dtype_bytes)
+        return step_time.step_time_s(spec.model, spec.gpu, batch, spec.layout, link, dtype_bytes,
+                                     kv_dtype_bytes=kv_bytes) + offload_s
 
     return seconds
+
+
+OFFLOAD_LINK = "pcie4"
+"""Catalogue link --cpu-offload-gb weights cross every step (vLLM reads them through UVA)."""
+
+
+def offload_step_s(config: VllmServeConfig, spec: VllmEngineSpec) -> float:
+    """Seconds each step spends reading the --cpu-offload-gb weights from host memory."""
+    if config.cpu_offload_gb <= 0:
+        return 0.0
+    link = catalogue_of(config.catalogue).link(OFFLOAD_LINK)
+    return offloaded_bytes(config, spec.model, spec.layout) / link.bytes_s
 
 
 def decode_run_time_fn(config: VllmServeConfig,
                        spec: VllmEngineSpec) -> Callable[[StepBatch, int, int], np.ndarray]:
     """Step times of a run of identical decode steps, vectorised (fake_engines.perf.step_time)."""
     link = catalogue_of(config.catalogue).link(spec.layout.link)
-    return functools.partial(step_time.decode_run_array_s, spec.model, spec.gpu, layout=spec.layout, link=link,
-                             dtype_bytes=dtype_bytes_of(config))
+    run = functools.partial(step_time.decode_run_array_s, spec.model, spec.gpu, layout=spec.layout, link=link,
+                            dtype_bytes=dtype_bytes_of(config), kv_dtype_bytes=kv_dtype_bytes_of(config))
+    offload_s = offload_step_s(config, spec)
+    if not offload_s:
+        return run
+    return lambda first, step, n: run(first, step, n) + offload_s

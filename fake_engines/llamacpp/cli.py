@@ -19,15 +19,30 @@ from flotilla.cli_errors import USAGE_ERROR, CannotListen
 __all__ = ["build_parser", "config_from_args", "main", "print_config"]
 
 
+VERSION_LINES = "version: 0.5.0-dev (build 1, commit 0c1e570)\nbuilt with GNU 12.2.0 for Linux x86_64\n"
+"""What the captured build's `llama-server --version` prints, on stderr (BUILD_INFO is its b1-0c1e570)."""
+
+
+class _VersionAction(argparse.Action):
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show version and build info (of the llama.cpp build the look-alike imitates)")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        sys.stderr.write(VERSION_LINES)
+        parser.exit(0)
+
+
 def _command_line_only(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved engine config as JSON (slots, context per slot) and exit, "
                              "without serving")
+    parser.add_argument("--version", action=_VersionAction)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """llama-server's flags that shape what clients observe, plus the look-alike's own (the engine
-    factory's parser) and --print-config."""
+    factory's parser), --print-config and --version."""
     return flags.build_parser(extra=_command_line_only)
 
 

@@ -47,6 +47,8 @@ class Layout:
     """Catalogue name of the link between the GPUs of one engine."""
     gpu_layer_fraction: float = 1.0
     """Share of the layers on GPUs (llama.cpp -ngl); the rest run on the CPU."""
+    eager: bool = False
+    """vLLM --enforce-eager: decode steps launch every kernel too, no CUDA-graph replay."""
 
     @property
     def world_size(self) -> int:

@@ -7,6 +7,7 @@ with extra YAML files of the same layout (``--catalogue FILE``).
 from __future__ import annotations
 
 import importlib.resources
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from os import PathLike
@@ -128,6 +129,9 @@ class ModelSpec:
     max_position_embeddings: int = 0
     """Context length the model was trained for (config.json `max_position_embeddings`): vLLM's
     default --max-model-len and llama.cpp's n_ctx_train; 0 when unknown (an explicit shape)."""
+    aliases: tuple[str, ...] = ()
+    """Other names of the same shape (Hugging Face ids or their last part, any case), for names the
+    rule in `model_name_candidates` does not reach (meta-llama/Llama-3.3-70B-Instruct)."""
     source: str = ""
     """Where the shape comes from."""
 
@@ -144,7 +148,7 @@ class ModelSpec:
     def is_moe(self) -> bool:
         return self.experts > 0
 
-    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
+    def kv_bytes_per_token(self, dtype_bytes: float = 2) -> float:
         """KV-cache bytes one token occupies over all layers (K and V, or the MLA latent)."""
         if self.kv_latent_dim:
             return self.layers * self.kv_latent_dim * dtype_bytes
@@ -183,7 +187,45 @@ class Catalogue:
         return _lookup(self.links, name, "link")
 
     def model(self, name: str) -> ModelSpec:
-        return _lookup(self.models, name, "model")
+        """The entry `name` names: a catalogue name, an alias, or a Hugging Face id or GGUF stem
+        reduced by `model_name_candidates` to one of those; CatalogueError says how to add one."""
+        # an alias counts by its last part too, so the rule's reductions reach it
+        aliases = {key: spec for spec in self.models.values() for alias in spec.aliases
+                   for key in (alias.lower(), alias.lower().rsplit("/", 1)[-1])}
+        for candidate in model_name_candidates(name):
+            spec = self.models.get(candidate) or aliases.get(candidate)
+            if spec is not None:
+                return spec
+        raise CatalogueError(
+            f"unknown model {name!r}; valid names: {', '.join(sorted(self.models))} (and Hugging Face ids of "
+            "them: instruct, chat and quantised variants resolve to the base entry); add one with --catalogue FILE "
+            "(a `models:` entry with its config.json shape, `aliases: [org/name]` for the ids that name it)")
+
+
+VARIANT_WORDS = frozenset({
+    "instruct", "chat", "it", "hf", "base", "awq", "gptq", "int4", "int8", "fp8", "fp16", "bf16", "dynamic",
+    "gguf", "bnb", "4bit", "8bit", "nf4", "w4a16", "w8a8", "w8a16", "w4a8", "exl2", "mlx", "quantized", "marlin"})
+"""Dash-separated words a Hugging Face repo adds to a base model's name for a tuned or quantised
+variant of the same shape (Llama-3.1-8B-Instruct, Qwen2.5-32B-Instruct-AWQ, ...-GPTQ-Int4)."""
+_VERSION_WORD = re.compile(r"^(v\d+(\.\d+)*|\d{4})$")
+"""Release tags after the size (Mistral-7B-Instruct-v0.3, Qwen3-30B-A3B-Instruct-2507)."""
+
+
+def model_name_candidates(name: str) -> list[str]:
+    """The names a model name may be listed under, most specific first (the catalogue's rule):
+    the name as given, its last path part (org/ or a directory dropped), then that part with
+    trailing variant words (VARIANT_WORDS) and release tags (v0.3, 2507) dropped one at a
+    time, each also without a leading `meta-` (Meta-Llama-3.1-8B-Instruct); all lower case.
+    A word that is neither stops the dropping, so a different size is never reached."""
+    lowered = name.strip().lower()
+    last = lowered.rstrip("/").rsplit("/", 1)[-1]
+    candidates = [lowered, last]
+    words = last.split("-")
+    while len(words) > 1 and (words[-1] in VARIANT_WORDS or _VERSION_WORD.match(words[-1])):
+        words.pop()
+        candidates.append("-".join(words))
+    candidates += [c.removeprefix("meta-") for c in candidates if c.startswith("meta-")]
+    return list(dict.fromkeys(candidates))
 
 
 def _lookup(table: Mapping[str, Any], name: str, kind: str) -> Any:
@@ -197,6 +239,8 @@ def _value(key: str, value: Any) -> Any:
     # YAML 1.1 reads 8.03e9 (no sign in the exponent) as a string
     if key == "name":
         return str(value).lower()
+    if key == "aliases":
+        return tuple(str(v).lower() for v in value) if isinstance(value, list) else (str(value).lower(),)
     if key != "source" and isinstance(value, str):
         return float(value)
     return value

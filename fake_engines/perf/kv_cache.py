@@ -29,7 +29,7 @@ def weight_bytes_per_gpu(model: ModelSpec, layout: Layout = ONE_GPU, dtype_bytes
     return dense / (layout.tp * layout.pp) + expert / (expert_group * layout.pp)
 
 
-def kv_bytes_per_token_per_gpu(model: ModelSpec, layout: Layout = ONE_GPU, dtype_bytes: int = 2) -> float:
+def kv_bytes_per_token_per_gpu(model: ModelSpec, layout: Layout = ONE_GPU, dtype_bytes: float = 2) -> float:
     """KV bytes one token takes on one GPU: its stage's layers, its share of the KV heads."""
     heads_share = 1.0
     if not model.kv_latent_dim and model.kv_heads > 0:
@@ -39,8 +39,9 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, layout: Layout = ONE_GPU, dtype
 
 def kv_cache_blocks(model: ModelSpec, gpu: GpuSpec, layout: Layout = ONE_GPU,
                     gpu_memory_utilization: float = 0.9, block_size: int = 16, dtype_bytes: int = 2,
-                    activation_reserve_gb: float = ACTIVATION_RESERVE_GB) -> int:
-    """KV blocks of ``block_size`` tokens that fit on each GPU of the engine.
+                    activation_reserve_gb: float = ACTIVATION_RESERVE_GB, kv_dtype_bytes: float | None = None) -> int:
+    """KV blocks of ``block_size`` tokens that fit on each GPU of the engine; KV elements take
+    ``kv_dtype_bytes`` (vLLM --kv-cache-dtype fp8: 1), else ``dtype_bytes`` as the weights.
 
     Raises KvCacheMemoryError, with vLLM's message, when no block fits.
     """
@@ -50,7 +51,7 @@ def kv_cache_blocks(model: ModelSpec, gpu: GpuSpec, layout: Layout = ONE_GPU,
         raise ValueError(f"block_size must be positive, got {block_size}")
     budget = gpu.memory_bytes * gpu_memory_utilization
     free = budget - weight_bytes_per_gpu(model, layout, dtype_bytes) - activation_reserve_gb * 1e9
-    per_block = kv_bytes_per_token_per_gpu(model, layout, dtype_bytes) * block_size
+    per_block = kv_bytes_per_token_per_gpu(model, layout, kv_dtype_bytes or dtype_bytes) * block_size
     blocks = int(free // per_block) if free > 0 else 0
     if blocks < 1:
         raise KvCacheMemoryError(NO_MEMORY_MESSAGE)

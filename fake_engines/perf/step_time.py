@@ -137,8 +137,9 @@ def _kv_share(model: ModelSpec, tp: int) -> float:
 
 
 def device_work(model: ModelSpec, batch: StepBatch, layout: Layout, dtype_bytes: int = 2,
-                expert_imbalance: float = 1.0) -> DeviceWork:
-    """Reads and arithmetic of one GPU over all layers (before the pipeline split)."""
+                expert_imbalance: float = 1.0, kv_dtype_bytes: float | None = None) -> DeviceWork:
+    """Reads and arithmetic of one GPU over all layers (before the pipeline split); the KV cache
+    holds `kv_dtype_bytes` per element (vLLM --kv-cache-dtype, llama.cpp -ctk/-ctv), else `dtype_bytes`."""
     tp = layout.tp
     dense_params = model.params - model.expert_params - model.embedding_params
     flops = 2.0 * dense_params * batch.tokens / tp
@@ -150,7 +151,7 @@ def device_work(model: ModelSpec, batch: StepBatch, layout: Layout, dtype_bytes:
     attended = batch.decode_context_tokens + batch.prefill_attended_tokens
     flops += 4.0 * model.layers * model.heads * model.head_dim * attended / tp
     kv_tokens = batch.decode_context_tokens + batch.prefill_tokens
-    kv_bytes = model.kv_bytes_per_token(dtype_bytes) * kv_tokens * _kv_share(model, tp)
+    kv_bytes = model.kv_bytes_per_token(kv_dtype_bytes or dtype_bytes) * kv_tokens * _kv_share(model, tp)
     return DeviceWork(weight_bytes=weight_bytes, kv_bytes=kv_bytes, flops=flops, layers=model.layers)
 
 
@@ -190,14 +191,15 @@ def _stage_compute_s(work: DeviceWork, gpu: GpuSpec, cpu: GpuSpec, gpu_layer_fra
 
 def step_breakdown(model: ModelSpec, gpu: GpuSpec, batch: StepBatch, layout: Layout = ONE_GPU,
                    link: LinkSpec | None = None, dtype_bytes: int = 2, expert_imbalance: float = 1.0,
-                   cpu: GpuSpec | None = None) -> StepTime:
+                   cpu: GpuSpec | None = None, kv_dtype_bytes: float | None = None) -> StepTime:
     """Every term of one step's time; ``step_time_s`` is its ``pass_s``."""
     _check(batch, layout)
     link = link or _builtin_catalogue().link(layout.link)
     cpu = cpu or _builtin_catalogue().gpu("cpu")
-    work = device_work(model, batch, layout, dtype_bytes, expert_imbalance).scaled(1.0 / layout.pp)
-    # steps with prompt tokens run eagerly; decode-only steps replay a captured graph
-    compute = _stage_compute_s(work, gpu, cpu, layout.gpu_layer_fraction, eager=batch.prefill_tokens > 0)
+    work = device_work(model, batch, layout, dtype_bytes, expert_imbalance, kv_dtype_bytes).scaled(1.0 / layout.pp)
+    # steps with prompt tokens run eagerly; decode-only steps replay a captured graph (unless --enforce-eager)
+    compute = _stage_compute_s(work, gpu, cpu, layout.gpu_layer_fraction,
+                               eager=layout.eager or batch.prefill_tokens > 0)
     stage_layers = model.layers / layout.pp
     allreduce = 0.0
     if layout.tp > 1:
@@ -220,9 +222,11 @@ def _check(batch: StepBatch, layout: Layout) -> None:
 
 
 def step_time_s(model: ModelSpec, gpu: GpuSpec, batch: StepBatch, layout: Layout = ONE_GPU,
-                link: LinkSpec | None = None, dtype_bytes: int = 2, expert_imbalance: float = 1.0) -> float:
+                link: LinkSpec | None = None, dtype_bytes: int = 2, expert_imbalance: float = 1.0,
+                kv_dtype_bytes: float | None = None) -> float:
     """Seconds for one batch to pass through the whole model (every pipeline stage in turn)."""
-    return step_breakdown(model, gpu, batch, layout, link, dtype_bytes, expert_imbalance).pass_s
+    return step_breakdown(model, gpu, batch, layout, link, dtype_bytes, expert_imbalance,
+                          kv_dtype_bytes=kv_dtype_bytes).pass_s
 
 
 def pipeline_step_interval_s(model: ModelSpec, gpu: GpuSpec, batch: StepBatch, layout: Layout = ONE_GPU,
@@ -246,7 +250,7 @@ def prefill_batch(prompts: int, prompt_tokens: int) -> StepBatch:
 def _plain(model: ModelSpec, layout: Layout) -> bool:
     """One dense model on one GPU: no interconnect term, so decode steps take the closed form."""
     return (not model.is_moe and layout.tp == 1 and layout.pp == 1 and layout.dp == 1
-            and layout.gpu_layer_fraction >= 1.0)
+            and layout.gpu_layer_fraction >= 1.0 and not layout.eager)
 
 
 def decode_run_s(model: ModelSpec, gpu: GpuSpec, first: StepBatch, context_step: int, num_steps: int,
@@ -260,12 +264,12 @@ def decode_run_s(model: ModelSpec, gpu: GpuSpec, first: StepBatch, context_step:
 
 def decode_run_array_s(model: ModelSpec, gpu: GpuSpec, first: StepBatch, context_step: int, num_steps: int,
                        layout: Layout = ONE_GPU, link: LinkSpec | None = None, dtype_bytes: int = 2,
-                       expert_imbalance: float = 1.0) -> np.ndarray:
+                       expert_imbalance: float = 1.0, kv_dtype_bytes: float | None = None) -> np.ndarray:
     """`decode_run_s` as a float64 array, for callers that go on computing with numpy."""
     if first.prefill_tokens or not _plain(model, layout):
         return np.array([step_time_s(model, gpu, replace(first, decode_context_tokens=first.decode_context_tokens
                                                           + i * context_step), layout, link, dtype_bytes,
-                                     expert_imbalance)
+                                     expert_imbalance, kv_dtype_bytes)
                          for i in range(num_steps)], dtype=np.float64)
     _check(first, layout)
     start = first.decode_context_tokens
@@ -273,10 +277,11 @@ def decode_run_array_s(model: ModelSpec, gpu: GpuSpec, first: StepBatch, context
         ctx = np.arange(start, start + context_step * num_steps, context_step, dtype=np.int64)
     else:
         ctx = start + context_step * np.arange(num_steps, dtype=np.int64)
-    return _decode_roofline_s(model, gpu, first.tokens, ctx, dtype_bytes)
+    return _decode_roofline_s(model, gpu, first.tokens, ctx, dtype_bytes, kv_dtype_bytes or dtype_bytes)
 
 
-def _decode_roofline_s(model: ModelSpec, gpu: GpuSpec, tokens: int, ctx: np.ndarray, dtype_bytes: int) -> np.ndarray:
+def _decode_roofline_s(model: ModelSpec, gpu: GpuSpec, tokens: int, ctx: np.ndarray, dtype_bytes: int,
+                       kv_dtype_bytes: float) -> np.ndarray:
     # the same operations, in the same order, as device_work and roofline_s with tp = pp = 1;
     # the scalar parts are folded first (Python evaluates them first too), the array ops that
     # are exact identities there (/ 1 and * 1.0 of a float array) are left out, and the rest run
@@ -284,7 +289,7 @@ def _decode_roofline_s(model: ModelSpec, gpu: GpuSpec, tokens: int, ctx: np.ndar
     dense_params = model.params - model.expert_params - model.embedding_params
     comp = (4.0 * model.layers * model.heads * model.head_dim) * ctx
     comp += 2.0 * dense_params * tokens / 1
-    mem = model.kv_bytes_per_token(dtype_bytes) * ctx
+    mem = model.kv_bytes_per_token(kv_dtype_bytes) * ctx
     kv_share = _kv_share(model, 1)
     if kv_share != 1.0:
         mem = mem * kv_share

@@ -13,7 +13,7 @@ from fake_engines.factory import build_engine
 from fake_engines.factory import vllm_config as flags
 from fake_engines.factory.vllm_config import SHAPE_FLAGS, config_from_args
 from fake_engines.perf.catalogue import CatalogueError
-from fake_engines.vllm.config import ServeConfigError, VllmServeConfig
+from fake_engines.vllm.config import VLLM_VERSION, ServeConfigError, VllmServeConfig
 from fake_engines.vllm.engine import ModelDoesNotFit
 from flotilla.cli_errors import USAGE_ERROR, CannotListen
 
@@ -29,7 +29,11 @@ def _command_line_only(serve: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """vLLM's serve flags (those a router or autoscaler can observe) plus the look-alike's own
     (the engine factory's parser) and --print-config."""
-    return flags.build_parser(extra=_command_line_only)
+    parser = flags.build_parser(extra=_command_line_only)
+    # `vllm --version` prints the release alone (importlib.metadata.version("vllm"))
+    parser.add_argument("--version", action="version", version=VLLM_VERSION,
+                        help="print the vLLM version the look-alike imitates and exit")
+    return parser
 
 
 def print_config(config: VllmServeConfig) -> None:

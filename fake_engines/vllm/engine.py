@@ -28,7 +28,7 @@ def cache_config_labels(config: VllmServeConfig, spec: VllmEngineSpec) -> dict[s
     block = config.resolved_block_size
     tokens = spec.num_gpu_blocks * block
     return {
-        "_block_size_resolved": "True", "block_size": str(block), "cache_dtype": "auto",
+        "_block_size_resolved": "True", "block_size": str(block), "cache_dtype": config.kv_cache_dtype,
         "cache_hit_alignment_tokens": "None", "effective_attention_block_size": str(block),
         "enable_mamba_shared_prefix_checkpoint": "False", "enable_prefix_caching": str(config.enable_prefix_caching),
         "gpu_memory_utilization": str(config.gpu_memory_utilization), "hash_block_size": "None",

@@ -13,7 +13,7 @@ import importlib.resources
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flotilla.errors import ConfigError
@@ -135,17 +135,20 @@ class EngineGroup:
     def _check_catalogue(self, where: str) -> None:
         """The names the engines look up at start, looked up now, so none starts to fail."""
         from fake_engines.factory.gguf import QUANT_BITS
-        from fake_engines.perf.catalogue import load_catalogue
+        from fake_engines.perf.catalogue import CatalogueError, load_catalogue
 
         catalogue = load_catalogue()
         if self.gpu.lower() not in catalogue.gpus:
             raise ConfigError(f"{where}.gpu", self.gpu, f"is not in the catalogue ({', '.join(sorted(catalogue.gpus))})")
-        # fake-vllm also takes a path ending in a model name, or an explicit shape (--params ...)
-        names = {self.model.lower(), PurePath(self.model).name.lower()} if self.flavor == "vllm" else {self.model.lower()}
+        # a catalogue name, a path or Hugging Face id naming one (the catalogue's rule), or for
+        # fake-vllm an explicit shape (--params ...)
         explicit = self.flavor == "vllm" and "--params" in self.args
-        if not explicit and not names & set(catalogue.models):
-            raise ConfigError(f"{where}.model", self.model,
-                              f"is not in the catalogue ({', '.join(sorted(catalogue.models))})")
+        if not explicit:
+            try:
+                catalogue.model(self.model)
+            except CatalogueError:
+                raise ConfigError(f"{where}.model", self.model,
+                                  f"is not in the catalogue ({', '.join(sorted(catalogue.models))})") from None
         if self.flavor == "llamacpp" and self.quant.upper() not in QUANT_BITS:
             raise ConfigError(f"{where}.quant", self.quant, f"must be one of {', '.join(QUANT_BITS)}")
 

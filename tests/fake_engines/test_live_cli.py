@@ -93,3 +93,39 @@ def test_vllm_cli_refuses_a_model_that_does_not_fit():
                            "--port", "0"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "torch.OutOfMemoryError: CUDA out of memory" in proc.stderr
+
+
+REAL_COMMAND_LINES = {
+    "vllm": (["fake_engines.vllm.cli", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--trust-remote-code",
+              "--enforce-eager", "--kv-cache-dtype", "fp8", "--disable-log-stats", "--no-enable-log-requests",
+              "--download-dir", "/tmp/hf", "--max-model-len", "8192", "--gpu-memory-utilization", "0.92",
+              "--port", "0", "--time-scale", "0.01", "--startup-seconds", "1", "--warmup-seconds", "1"],
+             r"Uvicorn running on http://127\.0\.0\.1:(\d+)", "meta-llama/Llama-3.1-8B-Instruct"),
+    "llama": (["fake_engines.llamacpp.cli", "-m", "/models/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf", "-fa", "on",
+               "-ctk", "q8_0", "-ctv", "q8_0", "-t", "8", "--jinja", "-cb", "-ngl", "99", "--port", "0",
+               "--time-scale", "0.01"],
+              r"listening on http://127\.0\.0\.1:(\d+)", "/models/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"),
+}
+"""Command lines as real deployments write them: a Hugging Face id or file name, flags the
+look-alike models (--kv-cache-dtype, -ctk) and flags it only accepts (--trust-remote-code, -t)."""
+
+
+@pytest.mark.parametrize("kind", ["vllm", "llama"])
+def test_real_command_lines_start_serve_and_list_the_model_as_given(kind):
+    argv, ready, model_id = REAL_COMMAND_LINES[kind]
+    proc = _spawn(argv)
+    base = f"http://127.0.0.1:{_wait_for_line(proc, ready).group(1)}"
+    try:
+        for _ in range(200):
+            try:
+                if _get(base + "/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+        models = json.loads(_get(base + "/v1/models")[1])
+        completion = _complete(base)
+    finally:
+        rc = _stop(proc)
+    assert [entry["id"] for entry in models["data"]] == [model_id]
+    assert completion["model"] == model_id and completion["usage"]["completion_tokens"] >= 1
+    assert rc == 0

@@ -53,3 +53,47 @@ def test_a_port_in_use_is_one_line_naming_port_and_host():
 ])
 def test_a_bad_flag_is_one_line_naming_it_and_exit_status_2(argv, cause):
     assert _fails("-m", "llama-3.2-1b-Q4_K_M.gguf", *argv).startswith(cause)
+
+
+def test_readme_command_line_is_not_read_as_c_tk():
+    """`-ctk q8_0` is the K cache type, never `-c tk` (argparse's short-option clustering)."""
+    config = config_from_args(build_parser().parse_args(["-m", "llama-3.1-8b-Q4_K_M.gguf", "-fa", "on", "-ctk", "q8_0",
+                                                         "-ctv", "q8_0"]))
+    assert (config.flash_attn, config.cache_type_k, config.cache_type_v, config.n_ctx) == ("on", "q8_0", "q8_0", 4096)
+    assert config_from_args(build_parser().parse_args(["-m", "x-Q4_0.gguf", "-fa"])).flash_attn == "on"
+
+
+def test_abbreviated_long_spellings_are_refused_as_llama_cpp_does():
+    assert "unrecognized arguments: --ctx 8" in _fails("-m", "llama-3.2-1b-Q4_K_M.gguf", "--ctx", "8")
+
+
+def test_q8_0_kv_cache_reads_about_half_the_kv_bytes():
+    from fake_engines.factory import build_engine
+    from fake_engines.perf.step_time import decode_batch
+
+    f16 = build_engine(config_from_args(build_parser().parse_args(["-m", "llama-3.1-8b-Q4_K_M.gguf"])))
+    q8 = build_engine(config_from_args(build_parser().parse_args(["-m", "llama-3.1-8b-Q4_K_M.gguf", "-ctk", "q8_0",
+                                                                  "-ctv", "q8_0"])))
+    assert (f16.spec.kv_bytes, q8.spec.kv_bytes) == (2.0, 34 / 32)  # ggml's q8_0: 32 int8 + an f16 scale
+    assert q8.step_time(decode_batch(4, 8000)) < f16.step_time(decode_batch(4, 8000))
+
+
+def test_every_llama_server_flag_is_accepted_and_every_flag_has_help():
+    from fake_engines.llamacpp.upstream_flags import FLAGS
+
+    parser = build_parser()
+    own = {"-m", "--port", "-ts", "--lora-scaled", "-sm", "-ctk", "-ctv", "-fa"}
+    for spellings, arity, _choices, _help in FLAGS:
+        if own & set(spellings):
+            continue  # the look-alike's own flags, with their own values, are tested above
+        value = [] if arity == "flag" else ["1"]
+        parser.parse_args(["-m", "x-Q4_0.gguf", spellings[0], *value])
+    helpless = [a.option_strings for a in parser._actions if a.option_strings and not a.help]
+    assert helpless == []
+
+
+def test_version_prints_the_imitated_build_on_stderr():
+    out = subprocess.run([sys.executable, "-m", "fake_engines.llamacpp.cli", "--version"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout == ""
+    assert out.stderr == "version: 0.5.0-dev (build 1, commit 0c1e570)\nbuilt with GNU 12.2.0 for Linux x86_64\n"

@@ -70,3 +70,41 @@ def test_entries_validate_their_figures_naming_the_field(tmp_path):
         load_catalogue([user])
     with pytest.raises(CatalogueError, match=r"top_k \(3\) exceeds experts \(2\)"):
         model_from_shape(params=1e9, layers=2, kv_heads=1, experts=2, top_k=3)
+
+
+@pytest.mark.parametrize(("name", "entry"), [
+    ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"),
+    ("meta-llama/Llama-3.1-8B", "llama-3.1-8b"),
+    ("meta-llama/Meta-Llama-3.1-70B-Instruct", "llama-3.1-70b"),
+    ("hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4", "llama-3.1-70b"),
+    ("neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8", "llama-3.1-8b"),
+    ("meta-llama/Llama-3.3-70B-Instruct", "llama-3.1-70b"),  # an alias: same config.json shape
+    ("Qwen/Qwen2.5-32B-Instruct", "qwen2.5-32b"),
+    ("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4", "qwen2.5-7b"),
+    ("Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"),
+    ("mistralai/Mistral-7B-Instruct-v0.3", "mistral-7b"),
+    ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b"),
+    ("deepseek-ai/DeepSeek-V3-0324", "deepseek-v3"),
+    ("/models/llama-3.2-1b", "llama-3.2-1b"),
+    ("LLAMA-3.2-3B", "llama-3.2-3b"),
+])
+def test_hugging_face_ids_and_variants_resolve_to_their_catalogue_entry(name, entry):
+    assert load_catalogue().model(name).name == entry
+
+
+@pytest.mark.parametrize("name", ["meta-llama/Llama-3.1-9B-Instruct", "Qwen/Qwen2.5-14B-Instruct",
+                                  "meta-llama/Llama-3.1-8B-Guard"])
+def test_the_rule_never_reaches_another_size_or_an_unknown_word(name):
+    with pytest.raises(CatalogueError) as err:
+        load_catalogue().model(name)
+    message = str(err.value)
+    assert f"unknown model {name!r}" in message and "llama-3.1-8b" in message and "--catalogue FILE" in message
+
+
+def test_catalogue_file_aliases_name_a_new_entry(tmp_path):
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("models:\n  - {name: my-8b, params: 8e9, active_params: 8e9, layers: 32, kv_heads: 8,\n"
+                     "     aliases: [acme/Chat-Model-8B], source: test}\n")
+    cat = load_catalogue([extra])
+    assert cat.model("acme/Chat-Model-8B").name == "my-8b"
+    assert cat.model("acme/chat-model-8b-instruct-awq").name == "my-8b"  # the rule applies to aliases too

@@ -67,3 +67,79 @@ def test_a_port_in_use_is_one_line_naming_port_and_host():
 ])
 def test_a_bad_flag_is_one_line_naming_it_and_exit_status_2(argv, cause):
     assert _fails("serve", "llama-3.2-1b", *argv).startswith(cause)
+
+
+def test_hugging_face_id_and_common_vllm_flags_are_accepted():
+    config = _config("meta-llama/Llama-3.1-8B-Instruct", "--trust-remote-code", "--enforce-eager",
+                     "--kv-cache-dtype", "fp8", "--download-dir", "/tmp/hf", "-q", "fp8", "--tool-call-parser", "hermes",
+                     "--enable-auto-tool-choice", "--disable-log-stats", "--no-enable-log-requests", "-O3",
+                     "--max-cpu-loras", "4", "--no-enable-lora", "--uvicorn-log-level", "warning")
+    assert config.model == "meta-llama/Llama-3.1-8B-Instruct" and config.model_name == config.model
+    assert config.kv_cache_dtype == "fp8" and config.enforce_eager and not config.enable_lora
+
+
+def test_every_vllm_0_32_flag_is_accepted_and_every_flag_has_help():
+    from fake_engines.vllm.upstream_flags import FLAGS
+
+    serve = build_parser()._subparsers._group_actions[0].choices["serve"]
+    for spellings, arity, choices, _help in FLAGS:
+        if spellings[0] in ("--model", "--kv-events-config", "--lora-modules", "--port") or arity == "optional":
+            continue  # MODEL is positional; the look-alike's own flags are tested on their own
+        value = [] if arity == "flag" else [choices[0] if choices else "1"]
+        serve.parse_args(["llama-3.2-1b", spellings[-1], *value])
+    helpless = [a.option_strings for a in serve._actions if a.option_strings and not a.help]
+    assert helpless == []
+
+
+def test_kv_cache_dtype_fp8_holds_twice_the_tokens_and_reads_half_the_kv_bytes():
+    from fake_engines.factory import build_engine
+    from fake_engines.perf.step_time import decode_batch
+
+    bf16 = build_engine(_config("llama-3.1-8b"))
+    fp8 = build_engine(_config("llama-3.1-8b", "--kv-cache-dtype", "fp8"))
+    # 16-token blocks of 32 layers x 8 KV heads x 128 x K,V: 2 MiB at 2 bytes, 1 MiB at 1 byte
+    assert fp8.spec.kv_cache_memory_bytes == pytest.approx(bf16.spec.kv_cache_memory_bytes, abs=2**20)
+    assert fp8.spec.num_gpu_blocks in (2 * bf16.spec.num_gpu_blocks, 2 * bf16.spec.num_gpu_blocks + 1)
+    long_decode = decode_batch(64, 4000)
+    assert fp8.step_time(long_decode) < bf16.step_time(long_decode)
+    from fake_engines.vllm.engine import cache_config_labels
+
+    assert cache_config_labels(fp8.config, fp8.spec)["cache_dtype"] == "fp8"
+
+
+def test_enforce_eager_makes_decode_steps_pay_their_kernel_launches():
+    from fake_engines.factory import build_engine
+    from fake_engines.perf.step_time import EAGER_LAUNCH_PER_LAYER_S, FIXED_OVERHEAD_S, decode_batch
+
+    graphs = build_engine(_config("llama-3.1-8b"))
+    eager = build_engine(_config("llama-3.1-8b", "--enforce-eager"))
+    small = decode_batch(1, 100)
+    assert graphs.step_time(small) < eager.step_time(small)
+    assert eager.step_time(small) == pytest.approx(FIXED_OVERHEAD_S + EAGER_LAUNCH_PER_LAYER_S * 32)
+    assert list(eager.decode_run_time(small, 1, 3)) == [eager.step_time(decode_batch(1, 100 + i)) for i in range(3)]
+
+
+def test_cpu_offload_frees_gpu_memory_for_kv_and_costs_a_pcie_read_per_step():
+    from fake_engines.factory import build_engine
+    from fake_engines.perf.catalogue import load_catalogue
+    from fake_engines.perf.step_time import decode_batch
+
+    base = build_engine(_config("llama-3.1-8b"))
+    offload = build_engine(_config("llama-3.1-8b", "--cpu-offload-gb", "4"))
+    block_bytes = base.spec.kv_cache_memory_bytes / base.spec.num_gpu_blocks
+    assert offload.spec.num_gpu_blocks - base.spec.num_gpu_blocks == pytest.approx(4 * 2**30 / block_bytes, abs=1)
+    pcie = load_catalogue().link("pcie4").bytes_s
+    batch = decode_batch(8, 1000)
+    assert offload.step_time(batch) - base.step_time(batch) == pytest.approx(4 * 2**30 / pcie)
+
+
+def test_version_prints_the_imitated_vllm_release():
+    out = subprocess.run([sys.executable, "-m", "fake_engines.vllm.cli", "--version"], cwd=REPO, capture_output=True,
+                         text=True, timeout=60)
+    assert (out.returncode, out.stdout) == (0, "0.32.0\n")
+
+
+def test_unknown_hugging_face_id_says_which_are_known_and_how_to_add_one():
+    err = _fails("serve", "meta-llama/Llama-3.1-9B-Instruct", "--port", "0")
+    assert err.startswith("ERROR: model 'meta-llama/Llama-3.1-9B-Instruct' is not in the catalogue")
+    assert "llama-3.1-8b" in err and "--catalogue FILE" in err
