@@ -60,6 +60,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=1,
                    help="cells simulated in parallel processes (default 1: the machine is shared)")
     p.add_argument("--fresh", action="store_true", help="rerun cells already stored under OUT/cells")
+    p.add_argument("--stored-only", action="store_true",
+                   help="run nothing: report the cells stored under OUT/cells and list the missing ones")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "out" / "routing_quality")
     p.add_argument("--doc", type=Path, default=REPO / "docs" / "benchmarks.md")
     p.add_argument("--img", type=Path, default=REPO / "docs" / "img")
@@ -84,8 +86,9 @@ def _run_one(wl: Workload, policy: str, cfg: FleetConfig) -> Cell:
 
 
 def run_grid(cells: list[tuple[Workload, str]], cfg: FleetConfig, out: Path, workers: int,
-             quiet: bool, fresh: bool) -> list[dict[str, Any]]:
-    """Every cell, stored ones reused; returns the JSON rows in grid order."""
+             quiet: bool, fresh: bool, stored_only: bool = False) -> list[dict[str, Any]]:
+    """Every cell, stored ones reused; returns the JSON rows in grid order (with `stored_only`,
+    the stored cells only)."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     todo = []
     for wl, policy in cells:
@@ -94,6 +97,8 @@ def run_grid(cells: list[tuple[Workload, str]], cfg: FleetConfig, out: Path, wor
             rows[(wl.name, policy)] = stored
         else:
             todo.append((wl, policy))
+    if stored_only:
+        return [rows[(wl.name, p)] for wl, p in cells if (wl.name, p) in rows]
     sizes = {wl.name: wl.count(cfg.max_requests) for wl, _ in todo}
     (out / "cells").mkdir(parents=True, exist_ok=True)
     with tqdm(total=sum(sizes[wl.name] for wl, _ in todo), unit="req", disable=quiet, file=sys.stderr,
@@ -153,7 +158,7 @@ def findings(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def markdown(rows: list[dict[str, Any]], cfg: FleetConfig, ideal: dict[str, float | None], argv: list[str],
-             image: str) -> str:
+             image: str, missing: Sequence[tuple[str, str]] = ()) -> str:
     slo = cfg.slo
     parts = [
         "## Routing quality at scale (simulated)", "",
@@ -177,6 +182,10 @@ def markdown(rows: list[dict[str, Any]], cfg: FleetConfig, ideal: dict[str, floa
         w = workload(wl)
         ideal_text = f"; ideal hit rate (one unbounded cache) {100 * ideal[wl]:.1f} %" if ideal.get(wl) else ""
         parts += [f"**{wl}**: {w.note}{ideal_text}.", "", report.table(rows, wl), ""]
+    if missing:
+        parts += [f"Not run ({len(missing)} cells): " + "; ".join(
+            f"{wl}: {', '.join(f'`{p}`' for w, p in missing if w == wl)}" for wl in dict.fromkeys(w for w, _ in missing))
+            + ".", ""]
     if lines := findings(rows):
         parts += ["Read from the rows above:", "", *lines, ""]
     return "\n".join(parts)
@@ -196,20 +205,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cfg = FleetConfig(replicas=args.replicas, kv_events_delay_s=args.kv_events_delay,
                       max_requests=QUICK_REQUESTS if args.quick else args.max_requests)
-    rows = run_grid([(w, p) for w in wls for p in pols], cfg, args.out, args.workers, args.quiet, args.fresh)
+    grid = [(w, p) for w in wls for p in pols]
+    rows = run_grid(grid, cfg, args.out, args.workers, args.quiet, args.fresh, args.stored_only)
+    have = {(r["workload"], r["policy"]) for r in rows}
+    missing = [(w.name, p) for w, p in grid if (w.name, p) not in have]
     ideal = {w.name: ideal_hit_rate(w, cfg.max_requests) for w in wls}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "routing_quality.json").write_text(json.dumps(
         {"machine": machine(), "config": cfg.key(), "ideal_hit_rate": ideal, "cells": rows}, indent=1) + "\n")
     png = args.out / "routing_quality.png"
-    report.plot(rows, [w.name for w in wls], png)
-    text = markdown(rows, cfg, ideal, argv, png.name)
+    shown = [w.name for w in wls if any(r["workload"] == w.name for r in rows)]
+    report.plot(rows, shown, png)
+    text = markdown(rows, cfg, ideal, argv, png.name, missing)
     (args.out / "routing_quality.md").write_text(text + "\n")
     if not args.no_write:
         args.img.mkdir(parents=True, exist_ok=True)
-        report.plot(rows, [w.name for w in wls], args.img / "routing-quality.png")
+        report.plot(rows, shown, args.img / "routing-quality.png")
         doc_text = markdown(rows, cfg, ideal, argv, os.path.relpath(args.img / "routing-quality.png",
-                                                                    args.doc.parent))
+                                                                    args.doc.parent), missing)
         write_block(args.doc, "routing-quality", doc_text)
     print(text)
     return 0

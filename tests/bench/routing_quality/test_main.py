@@ -45,7 +45,7 @@ def test_quick_grid_writes_every_cell_the_table_the_plot_and_the_docs_block(
     assert "| precise-prefix | flotilla |" in capsys.readouterr().out
 
 
-def test_a_second_run_reuses_the_stored_cells_and_fresh_reruns_them(tmp_path: Path) -> None:
+def test_a_second_run_reuses_the_stored_cells_stored_only_runs_none_and_fresh_reruns_them(tmp_path: Path) -> None:
     def run(*extra: str) -> int:
         return main(["--max-requests", "8", "--workloads", "agents", "--policies", "round-robin,prefix-aware",
                      "--out", str(tmp_path / "out"), "--no-write", "--quiet", *extra])
@@ -61,6 +61,9 @@ def test_a_second_run_reuses_the_stored_cells_and_fresh_reruns_them(tmp_path: Pa
     assert run() == 0
     cells = json.loads((tmp_path / "out" / "routing_quality.json").read_text())["cells"]
     assert {c["wall_s"] for c in cells} == {-1.0}
+    assert run("--also", "least-load", "--stored-only") == 0  # reports the two, runs nothing
+    assert len(list((tmp_path / "out" / "cells").glob("*.json"))) == 2
+    assert "Not run (1 cells): agents: `least-load`." in (tmp_path / "out" / "routing_quality.md").read_text()
     assert run("--fresh") == 0
     cells = json.loads((tmp_path / "out" / "routing_quality.json").read_text())["cells"]
     assert all(c["wall_s"] > 0 for c in cells)
