@@ -198,23 +198,21 @@ def _provenance(args: argparse.Namespace) -> dict[str, object]:
     return {**run_meta(args.trace, getattr(args, "argv", None)), "time_base": "virtual", "time_scale": None, "model": args.model}
 
 
-def _with_provenance(result, provenance: dict[str, object], percentiles: tuple[float, ...]):  # type: ignore[no-untyped-def]
-    """`result` summarized with the chosen percentiles, `provenance` added to its meta."""
-    from loadgen.stats import with_percentiles
+def _with_provenance(result, provenance: dict[str, object]):  # type: ignore[no-untyped-def]
+    """`result` with `provenance` added to its meta (keys the run set itself kept)."""
+    import dataclasses
 
-    for key, value in provenance.items():
-        result.meta.setdefault(key, value)
-    return with_percentiles(result, percentiles)
+    return dataclasses.replace(result, meta={**provenance, **result.meta})
 
 
 def run(args: argparse.Namespace) -> int:
     from fake_engines.factory import ModelDoesNotFit
+    from loadgen.stats import with_percentiles
     from sim.report import comparison_table
 
     try:
         percentiles, metrics = _result_options(args)
-        provenance = _provenance(args)
-        results = [_with_provenance(r, provenance, percentiles) for r in simulate_args(args)]
+        results = [with_percentiles(r, percentiles) for r in simulate_args(args)]
     except (ValueError, KeyError, OSError, ModelDoesNotFit) as exc:  # a bad trace or flag: one line, no traceback
         print(f"flotilla sim: error: {exc}", file=sys.stderr)
         return 2
@@ -222,9 +220,12 @@ def run(args: argparse.Namespace) -> int:
         from loadgen.export import write_result
 
         suffix = ".csv" if args.output_format == "csv" else ".json"
+        # files record how they were made; --json stays the same bytes for the same command (a
+        # `flotilla sim sweep` cell is compared with it)
+        provenance = _provenance(args)
         for r in results:
-            write_result(r, f"{args.output}-{r.label.replace(':', '_').replace(',', '_')}{suffix}",
-                         args.output_format or "json", metrics)
+            name = f"{args.output}-{r.label.replace(':', '_').replace(',', '_')}{suffix}"
+            write_result(_with_provenance(r, provenance), name, args.output_format or "json", metrics)
     if args.plot:
         from loadgen.plots import plot_runs
         plot_runs(results, args.plot)

@@ -146,3 +146,15 @@ async def test_failed_requests_name_no_time_scale(unused_tcp_port_factory):
     cfg = RunnerConfig(target_url=f"http://127.0.0.1:{unused_tcp_port_factory()}", model="m", show_progress=False)
     result = await OpenLoopRunner(cfg).run([TraceRequest(timestamp_s=0, input_length=4, output_length=2)])
     assert result.summary.num_failed == 1 and result.meta["target_time_scales"] == {}
+
+
+def test_the_progress_bar_counts_to_the_workload_size_capped_by_max_requests() -> None:
+    from loadgen.runner import progress_total
+
+    def cfg(**kw):
+        return RunnerConfig(target_url="http://127.0.0.1:9", **kw)
+
+    assert progress_total(cfg(expected_requests=162)) == 162
+    assert progress_total(cfg(expected_requests=162, max_requests=50)) == 50
+    assert progress_total(cfg(expected_requests=12, max_requests=50)) == 12
+    assert progress_total(cfg(max_requests=50)) == 50 and progress_total(cfg()) is None
