@@ -18,8 +18,8 @@ def config_for(settings: dict[str, Any]) -> VllmSchedulerConfig:
         max_num_batched_tokens=s["max_num_batched_tokens"], block_size=s["block_size"],
         enable_prefix_caching=s["enable_prefix_caching"], max_loras=s["max_loras"],
         long_prefill_token_threshold=s["long_prefill_token_threshold"],
-        scheduler_reserve_full_isl=s["scheduler_reserve_full_isl"],
-        max_concurrent_batches=2 if s["async_scheduling"] else 1, seed=s["seed"])
+        scheduler_reserve_full_isl=s["scheduler_reserve_full_isl"], scheduling_policy=s["policy"],
+        async_scheduling=s["async_scheduling"], seed=s["seed"])
 
 
 class FakeCore:
@@ -29,6 +29,7 @@ class FakeCore:
     def __init__(self, settings: dict[str, Any], decode_runs: bool = False) -> None:
         self.core = VllmScheduler(config_for(settings))
         self._n_prompt: dict[str, int] = {}
+        self._arrival = 0.0
         self.decode_runs = decode_runs
         self._horizon = 0
         self._run_records: list[dict[str, Any]] = []
@@ -40,8 +41,10 @@ class FakeCore:
     def add(self, request: dict[str, Any]) -> None:
         tokens = prompt_tokens(request["prompt"])
         self._n_prompt[request["id"]] = len(tokens)
+        self._arrival += 1.0  # as vllm_side numbers arrivals
         self.core.add_request(EngineRequest(request["id"], tokens, request["max_tokens"], request["max_tokens"],
-                                            lora=request["lora"]))
+                                            lora=request["lora"], arrival_s=self._arrival,
+                                            priority=request["priority"]))
 
     def abort(self, request_id: str) -> bool:
         return self.core.abort_request(request_id)
@@ -59,8 +62,10 @@ class FakeCore:
         if step is None:
             return None, {"sched": [], "new": [], "resumed": [], "preempted": [], "kv": round(core.kv_cache_usage, 6)}
         reqs = core.requests
-        sched = [[rid, n, kind(reqs[rid].num_computed_tokens, n, self._n_prompt[rid])]
-                 for rid, n in step.num_scheduled_tokens.items()]
+        before = core.num_scheduled_computed_tokens if core.async_scheduling else (
+            lambda rid: reqs[rid].num_computed_tokens + n_of[rid])
+        n_of = step.num_scheduled_tokens
+        sched = [[rid, n, kind(before(rid) - n, n, self._n_prompt[rid])] for rid, n in n_of.items()]
         new = [[rid, reqs[rid].num_computed_tokens] for rid in step.new_request_ids]
         resumed = [[rid, reqs[rid].num_computed_tokens] for rid in step.resumed_request_ids]
         record = {"sched": sched, "new": new, "resumed": resumed, "preempted": sorted(step.preempted_request_ids),

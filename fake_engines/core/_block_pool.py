@@ -159,6 +159,20 @@ class FreeBlockQueue:
         self._tail.prev_free = last
         self.num_free_blocks += len(blocks)
 
+    def prepend(self, blocks: list[KVCacheBlock]) -> None:
+        """Put just-freed blocks at the front, in this order: they are taken first."""
+        if not blocks:
+            return
+        first = self._head.next_free
+        prev = self._head
+        for block in blocks:
+            block.prev_free = prev
+            prev.next_free = block
+            prev = block
+        prev.next_free = first
+        first.prev_free = prev  # type: ignore[union-attr]
+        self.num_free_blocks += len(blocks)
+
     def remove(self, block: KVCacheBlock) -> None:
         """Take a cached block out because a request reuses it."""
         before, after = block.prev_free, block.next_free
@@ -184,6 +198,12 @@ class BlockPool:
         # Block 0 is vLLM's null block: it is never free, so usage is out of num_gpu_blocks - 1.
         self.free_block_queue = FreeBlockQueue(self.blocks[1:])
         self.cached_block_hash_to_block: dict[BlockHash, KVCacheBlock] = {}
+        """Hash -> the block a lookup finds: of several blocks with the same contents, the one
+        cached first that is still cached (vLLM's `BlockHashToBlockMap.get_one_block`)."""
+        self._duplicates: dict[BlockHash, dict[int, KVCacheBlock]] = {}
+        """Hash -> every block caching it, in caching order, for hashes cached in more than one
+        block: vLLM does not de-duplicate (block tables are append-only), so evicting one copy
+        leaves the others findable."""
         self.kv_event_queue: list[KVEvent] | None = [] if enable_kv_cache_events else None
         """vLLM's `kv_event_queue`: events since the last `take_events`; None when events are off,
         so the hot paths test one local for None and build nothing."""
@@ -211,19 +231,41 @@ class BlockPool:
             raise ValueError(f"cannot get {num_blocks} free blocks from the pool")
         taken = self.free_block_queue.take(num_blocks)
         cached = self.cached_block_hash_to_block
-        pop = cached.pop
+        duplicates = self._duplicates
         events = self.kv_event_queue
         for block in taken:
             block_hash = block.block_hash
-            if block_hash is not None:  # evict: drop the hash unless another block now owns it
-                owner = pop(block_hash, None)  # one lookup: the key is nearly always this block's
-                if owner is not block and owner is not None:
-                    cached[block_hash] = owner
+            if block_hash is not None:  # evict this copy; another copy of the contents stays findable
+                if duplicates and block_hash in duplicates:
+                    self._evict_duplicate(block, block_hash)
+                elif cached.get(block_hash) is block:
+                    del cached[block_hash]
                 block.block_hash = None
                 if events is not None:  # vLLM: one BlockRemoved per evicted (hash, block), duplicates too
                     events.append(BlockRemoved([external_block_hash(block_hash)], MEDIUM_GPU, group_idx=0))
             block.ref_cnt = 1
         return taken
+
+    def _evict_duplicate(self, block: KVCacheBlock, block_hash: BlockHash) -> None:
+        copies = self._duplicates[block_hash]
+        copies.pop(block.block_id, None)
+        first = next(iter(copies.values()))
+        self.cached_block_hash_to_block[block_hash] = first
+        if len(copies) == 1:
+            del self._duplicates[block_hash]
+
+    def _insert(self, block: KVCacheBlock, block_hash: BlockHash) -> None:
+        """Cache one more block under the hash (vLLM's `BlockHashToBlockMap.insert`)."""
+        cached = self.cached_block_hash_to_block
+        first = cached.get(block_hash)
+        if first is None:
+            cached[block_hash] = block
+            return
+        copies = self._duplicates.get(block_hash)
+        if copies is None:
+            self._duplicates[block_hash] = {first.block_id: first, block.block_id: block}
+        else:
+            copies[block.block_id] = block
 
     def touch(self, blocks: list[KVCacheBlock]) -> None:
         """Add a reference to cache-hit blocks, taking free ones out of the eviction queue."""
@@ -237,26 +279,37 @@ class BlockPool:
         if not self.enable_caching or block.block_hash is not None:
             return
         block.block_hash = block_hash
-        self.cached_block_hash_to_block.setdefault(block_hash, block)
+        self._insert(block, block_hash)
 
     def cache_full_blocks(self, blocks: list[KVCacheBlock], block_hashes: list[BlockHash]) -> None:
         """`cache_full_block` of each block with its hash, in order."""
         if not self.enable_caching:
             return
-        setdefault = self.cached_block_hash_to_block.setdefault
+        cached = self.cached_block_hash_to_block
         for block, block_hash in zip(blocks, block_hashes, strict=True):
             if block.block_hash is None:
                 block.block_hash = block_hash
-                setdefault(block_hash, block)
+                if block_hash in cached:
+                    self._insert(block, block_hash)
+                else:
+                    cached[block_hash] = block
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
-        """Drop one reference from each block; blocks reaching 0 join the free queue in this order."""
-        freed = []
+        """Drop one reference from each block (ordered by eviction priority). As vLLM's
+        `BlockPool.free_blocks`: blocks reaching 0 without a hash (partial tails, or any block
+        without prefix caching) go to the front of the free queue, to be reused first; cached
+        blocks to the back, in this order, for LRU eviction."""
+        reuse_first, evict_last = [], []
+        caching = self.enable_caching
         for block in ordered_blocks:
             block.ref_cnt -= 1
             if not block.ref_cnt:
-                freed.append(block)
-        self.free_block_queue.extend(freed)
+                if block.block_hash is None or not caching:
+                    reuse_first.append(block)
+                else:
+                    evict_last.append(block)
+        self.free_block_queue.prepend(reuse_first)
+        self.free_block_queue.extend(evict_last)
 
     def reset_prefix_cache(self) -> bool:
         """vLLM's `reset_prefix_cache`: forget every cached hash, only while no block is in use
@@ -264,6 +317,7 @@ class BlockPool:
         if self.get_num_free_blocks() != self.num_usable_blocks:
             return False
         self.cached_block_hash_to_block.clear()
+        self._duplicates.clear()
         for block in self.blocks:
             block.block_hash = None
         if self.kv_event_queue is not None:

@@ -35,6 +35,16 @@ class VllmSchedulerConfig:
     """Most distinct LoRA adapters in one step (only when LoRA is used)."""
     long_prefill_token_threshold: int = 0
     """Largest prefill chunk per request per step; 0 means no cap beyond the budget."""
+    scheduling_policy: str = "fcfs"
+    """"fcfs", or "priority": the waiting queue ordered by (priority, arrival, request id), and
+    the running request with the largest (priority, arrival) preempted first."""
+    scheduler_reserve_full_isl: bool = True
+    """Admit a request only when the cache can hold its whole input (less its cache hits), not
+    only its first chunk (vLLM's `--scheduler-reserve-full-isl`, on by default)."""
+    async_scheduling: bool = False
+    """vLLM's `--async-scheduling`: the engine schedules step t before applying step t-1's
+    output (two steps in flight), scheduling a request again while its previous token is
+    still being computed (vLLM's AsyncScheduler and its output placeholders)."""
     max_concurrent_batches: int = 1
     """Steps in flight at once: the pipeline-parallel size."""
     seed: int = 0
@@ -59,6 +69,11 @@ class VllmSchedulerConfig:
         if self.prefix_caching_hash_algo not in HASH_ALGOS:
             raise ConfigError("prefix_caching_hash_algo", self.prefix_caching_hash_algo,
                               f"must be one of {', '.join(HASH_ALGOS)}")
+        if self.async_scheduling and self.max_concurrent_batches > 1:
+            raise ConfigError("async_scheduling", self.async_scheduling,
+                              "async scheduling with pipeline parallelism is not modelled")
+        if self.scheduling_policy not in ("fcfs", "priority"):
+            raise ConfigError("scheduling_policy", self.scheduling_policy, "must be one of fcfs, priority")
         if self.long_prefill_token_threshold < 0:
             raise ConfigError("long_prefill_token_threshold", self.long_prefill_token_threshold, "must be >= 0")
 

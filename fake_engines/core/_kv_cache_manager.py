@@ -17,7 +17,8 @@ class PrefixCacheStats:
     """Prefix-cache lookups so far, in tokens."""
 
     queries: int = 0
-    """Tokens of the requests looked up (prompt, plus output for a preempted request)."""
+    """Prompt tokens of the requests admitted for the first time (vLLM counts a lookup at
+    admission only, and a preempted request's apart, in its preempted_* fields)."""
     hits: int = 0
     """Of those, tokens found cached."""
 
@@ -103,23 +104,40 @@ class KVCacheManager:
             if block is None:
                 break
             hits.append(block)
-        num_hit_tokens = len(hits) * self.block_size
-        self.prefix_cache_stats.queries += request.num_tokens
-        self.prefix_cache_stats.hits += num_hit_tokens
-        return hits, num_hit_tokens
+        return hits, len(hits) * self.block_size
+
+    def record_prefix_cache_stats(self, request: EngineRequest, num_hit_tokens: int) -> None:
+        """Count an admitted request's lookup (vLLM's `record_prefix_cache_stats`): only at
+        admission, so a lookup whose request stays queued is not counted, and not for a
+        preempted request."""
+        if self.enable_caching and not request.num_preemptions:
+            self.prefix_cache_stats.queries += request.num_tokens
+            self.prefix_cache_stats.hits += num_hit_tokens
 
     def allocate_slots(
         self,
         request: EngineRequest,
         num_new_tokens: int,
         new_computed_blocks: list[KVCacheBlock] | None = None,
+        full_sequence_tokens: int = 0,
+        num_computed_tokens: int | None = None,
     ) -> list[KVCacheBlock] | None:
         """Give the request room for num_new_tokens more tokens after its computed and cache-hit ones.
 
-        Returns the newly taken blocks, or None (nothing changed) when too few blocks are free."""
+        With `full_sequence_tokens`, first require room for that many tokens in all (vLLM's
+        admission gate `full_sequence_must_fit`). `num_computed_tokens` overrides the request's
+        (async scheduling counts the tokens of steps in flight). Returns the newly taken blocks,
+        or None (nothing changed) when too few blocks are free."""
         computed = list(new_computed_blocks or [])
         req_blocks = self._req_blocks.setdefault(request.request_id, [])
-        num_computed = request.num_computed_tokens + len(computed) * self.block_size
+        if full_sequence_tokens:
+            num_full = -(-full_sequence_tokens // self.block_size) - len(req_blocks) - len(computed)
+            num_evictable_hits = sum(1 for b in computed if b.ref_cnt == 0)
+            if max(0, num_full) + num_evictable_hits > self.block_pool.get_num_free_blocks():
+                return None
+        if num_computed_tokens is None:
+            num_computed_tokens = request.num_computed_tokens
+        num_computed = num_computed_tokens + len(computed) * self.block_size
         num_required = -(-(num_computed + num_new_tokens) // self.block_size)
         num_new_blocks = max(0, num_required - len(req_blocks) - len(computed))
         if computed:

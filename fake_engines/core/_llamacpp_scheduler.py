@@ -36,6 +36,8 @@ class LlamaCppScheduler:
 
     holds_step_at_schedule = False
     """A slot's cells grow when its iteration finishes, not when it is scheduled."""
+    async_scheduling = False
+    """llama-server applies each iteration before it starts the next."""
 
     def __init__(self, config: LlamaCppSchedulerConfig) -> None:
         self.config = config

@@ -20,7 +20,12 @@ class EngineCore(Protocol):
     """
 
     max_concurrent_batches: int
-    """Steps that may be in flight at once (vLLM pipeline-parallel size; 1 for llama.cpp)."""
+    """Steps that may be in flight at once (vLLM pipeline-parallel size, or 2 under async
+    scheduling; 1 for llama.cpp)."""
+
+    async_scheduling: bool
+    """vLLM's async scheduling: the next step is scheduled while this one runs and starts when
+    it ends (steps do not overlap as pipeline stages do); False for llama.cpp."""
 
     @property
     def holds_step_at_schedule(self) -> bool:

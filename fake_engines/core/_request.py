@@ -64,6 +64,9 @@ class EngineRequest:
     """LoRA adapter name (vLLM) or LoRA configuration key such as "0:1.0" (llama.cpp); None for the base model."""
     arrival_s: float = 0.0
     """Arrival time on the driver's clock, in seconds."""
+    priority: int = 0
+    """vLLM's request priority under `--scheduling-policy priority`: lower is served first
+    (ties by arrival, then request id)."""
 
     status: RequestStatus = RequestStatus.WAITING
     """Lifecycle state; see RequestStatus."""

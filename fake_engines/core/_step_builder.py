@@ -50,11 +50,22 @@ class StepBuilder:
     """Requests decoding one token."""
     decode_context_tokens: int = 0
     """Sum of the decoding requests' context lengths."""
+    _computed: dict[str, int] = field(default_factory=dict)
+    """request_id -> tokens computed before this step, as `add` counted them."""
+    _lora_requests: dict[str, list[str]] = field(default_factory=dict)
+    """Adapter -> requests added with it (so `remove` knows when an adapter leaves the step)."""
 
-    def add(self, request: EngineRequest, num_new_tokens: int) -> None:
-        """Schedule num_new_tokens of the request, which has num_computed_tokens already computed."""
-        computed = request.num_computed_tokens
-        if is_decode(request, num_new_tokens):
+    def add(self, request: EngineRequest, num_new_tokens: int, num_computed: int | None = None) -> None:
+        """Schedule num_new_tokens of the request, which has num_computed_tokens already computed
+        (or `num_computed`, counting steps in flight under async scheduling)."""
+        if num_computed is None:
+            computed = request.num_computed_tokens
+            decode = is_decode(request, num_new_tokens)
+        else:
+            computed = num_computed
+            decode = num_new_tokens == 1 and computed >= request.num_prompt_tokens
+        self._computed[request.request_id] = computed
+        if decode:
             self.decode_seqs += 1
             self.decode_context_tokens += computed + 1
         else:
@@ -64,6 +75,23 @@ class StepBuilder:
         self.token_budget -= num_new_tokens
         if request.lora is not None:
             self.lora_adapters.add(request.lora)
+            self._lora_requests.setdefault(request.lora, []).append(request.request_id)
+
+    def remove(self, request: EngineRequest) -> None:
+        """Take back a request added to this step (vLLM's priority preemption of a request
+        already scheduled); call before its progress changes."""
+        num_new_tokens = self.num_scheduled_tokens.pop(request.request_id)
+        computed = self._computed.pop(request.request_id)
+        if num_new_tokens == 1 and computed >= request.num_prompt_tokens:
+            self.decode_seqs -= 1
+            self.decode_context_tokens -= computed + 1
+        else:
+            self.prefill_tokens -= num_new_tokens
+            self.prefill_attended_tokens -= num_new_tokens * computed + num_new_tokens * (num_new_tokens + 1) // 2
+        self.token_budget += num_new_tokens
+        ids = self.num_scheduled_tokens
+        self.lora_adapters = {r for r in self.lora_adapters if any(
+            rid in ids for rid in self._lora_requests.get(r, ()))}
 
     def build(self, step_id: int) -> ScheduledStep:
         """Freeze the collected work into the step message."""

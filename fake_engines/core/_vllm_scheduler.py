@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import random
 from collections import deque
 
@@ -45,6 +46,10 @@ def check_context(request: EngineRequest, max_model_len: int) -> None:
             n_prompt, max_model_len)
 
 
+def _priority_key(request: EngineRequest) -> tuple[int, float, str]:
+    return request.priority, request.arrival_s, request.request_id
+
+
 class VllmScheduler:
     """The EngineCore of the vLLM look-alike."""
 
@@ -53,7 +58,9 @@ class VllmScheduler:
 
     def __init__(self, config: VllmSchedulerConfig) -> None:
         self.config = config
-        self.max_concurrent_batches = config.max_concurrent_batches
+        self.async_scheduling = config.async_scheduling
+        # vLLM's engine core keeps a batch queue of two under async scheduling
+        self.max_concurrent_batches = 2 if config.async_scheduling else config.max_concurrent_batches
         self.max_model_len: int = config.max_model_len or 0
         self.kv_cache_manager = KVCacheManager(
             config.num_gpu_blocks, config.block_size, config.enable_prefix_caching,
@@ -65,6 +72,15 @@ class VllmScheduler:
         self._in_flight: dict[int, ScheduledStep] = {}
         self._in_flight_ids: set[str] = set()
         self._next_step_id = 0
+        self._threshold = config.long_prefill_token_threshold
+        self._priority = config.scheduling_policy == "priority"
+        # async scheduling, per request: tokens scheduled in steps in flight (vLLM's
+        # num_in_flight_tokens), tokens those steps will sample (num_output_placeholders), and
+        # in-flight tokens of a request preempted meanwhile (num_stale_output_tokens)
+        self._ahead: dict[str, int] = {}
+        self._placeholders: dict[str, int] = {}
+        self._stale: dict[str, int] = {}
+        self._samples: dict[int, set[str]] = {}
         self._totals = {"preemptions": 0, "prompt": 0, "computed": 0, "generation": 0, "steps": 0,
                         "aborted": 0}
 
@@ -77,7 +93,17 @@ class VllmScheduler:
         request.status = RequestStatus.WAITING
         self.requests[request.request_id] = request
         self._streams[request.request_id] = token_stream(self.config.seed, request.request_id)
-        self.waiting.append(request)
+        self._enqueue(request, front=False)
+
+    def _enqueue(self, request: EngineRequest, front: bool) -> None:
+        """FCFS: at the back, or at the front for a preempted request. Priority: in order of
+        (priority, arrival, request id), as vLLM's heap pops them."""
+        if self._priority:
+            bisect.insort(self.waiting, request, key=_priority_key)
+        elif front:
+            self.waiting.appendleft(request)
+        else:
+            self.waiting.append(request)
 
     def _check_fits_kv(self, request: EngineRequest) -> None:
         """Reject a request the whole cache could never hold (the last sampled token needs no slot).
@@ -103,6 +129,7 @@ class VllmScheduler:
         request.status = RequestStatus.FINISHED_ABORTED
         self.kv_cache_manager.free(request)
         del self._streams[request_id]
+        self._forget_async(request_id)
         self._totals["aborted"] += 1
         return True
 
@@ -111,7 +138,13 @@ class VllmScheduler:
         if len(self._in_flight) >= self.max_concurrent_batches:
             return None
         builder = StepBuilder(token_budget=self.config.max_num_batched_tokens)
-        self._schedule_running(builder)
+        # vLLM: the cap stops a long prefill starving others, so it is off while there are none
+        threshold = self.config.long_prefill_token_threshold
+        self._threshold = threshold if len(self.running) + len(self.waiting) > 1 else 0
+        if self.async_scheduling:
+            self._schedule_running_async(builder)
+        else:
+            self._schedule_running(builder)
         if not builder.preempted_request_ids:
             self._schedule_waiting(builder)
         self._check_invariants(builder)
@@ -120,13 +153,65 @@ class VllmScheduler:
         step = builder.build(self._next_step_id)
         self._next_step_id += 1
         self._in_flight[step.step_id] = step
-        self._in_flight_ids.update(step.num_scheduled_tokens)
+        if self.async_scheduling:
+            self._after_schedule_async(step)
+        else:
+            self._in_flight_ids.update(step.num_scheduled_tokens)
         return step
+
+    def _schedule_running_async(self, builder: StepBuilder) -> None:
+        """vLLM's AsyncScheduler: a running request is scheduled again while its previous step is
+        in flight, for the token that step will sample (a placeholder), unless that step
+        already reaches max_tokens."""
+        index = 0
+        while index < len(self.running) and builder.token_budget > 0:
+            request = self.running[index]
+            rid = request.request_id
+            placeholders = self._placeholders.get(rid, 0)
+            computed = request.num_computed_tokens + self._ahead.get(rid, 0)
+            if placeholders and computed + 2 - placeholders >= request.num_prompt_tokens + request.max_tokens:
+                index += 1
+                continue
+            num_new = request.num_tokens + placeholders - computed
+            if self._threshold:
+                num_new = min(num_new, self._threshold)
+            num_new = min(num_new, builder.token_budget, self.max_model_len - computed - 1)
+            if num_new <= 0:
+                index += 1
+                continue
+            if not self._allocate_or_preempt(request, num_new, index, builder, computed):
+                return
+            builder.add(request, num_new, computed)
+            index = self.running.index(request) + 1 if self._priority else index + 1
+
+    def _after_schedule_async(self, step: ScheduledStep) -> None:
+        """vLLM's `_update_after_schedule`: the step's tokens count as computed, and a request
+        whose step completes its known tokens gets a placeholder for the token it samples."""
+        samples = set()
+        for rid, num_new in step.num_scheduled_tokens.items():
+            request = self.requests[rid]
+            ahead = self._ahead.get(rid, 0)
+            placeholders = self._placeholders.get(rid, 0)
+            if request.num_computed_tokens + ahead + num_new >= request.num_tokens + placeholders:
+                self._placeholders[rid] = placeholders + 1
+                samples.add(rid)
+            self._ahead[rid] = ahead + num_new
+        self._samples[step.step_id] = samples
+
+    def num_scheduled_computed_tokens(self, request_id: str) -> int:
+        """vLLM's `num_computed_tokens`: the request's computed tokens plus those of its steps in
+        flight (under async scheduling, a step is counted when it is scheduled)."""
+        return self.requests[request_id].num_computed_tokens + self._ahead.get(request_id, 0)
+
+    def _forget_async(self, request_id: str) -> None:
+        if self.async_scheduling:
+            for counts in (self._ahead, self._placeholders, self._stale):
+                counts.pop(request_id, None)
 
     def _num_new_tokens(self, request: EngineRequest, num_computed: int, budget: int) -> int:
         num_new = request.num_tokens - num_computed
-        if self.config.long_prefill_token_threshold:
-            num_new = min(num_new, self.config.long_prefill_token_threshold)
+        if self._threshold:
+            num_new = min(num_new, self._threshold)
         return min(num_new, budget)
 
     def _schedule_running(self, builder: StepBuilder) -> None:
@@ -141,17 +226,26 @@ class VllmScheduler:
             if not self._allocate_or_preempt(request, num_new, index, builder):
                 return
             builder.add(request, num_new)
-            index += 1
+            # a priority preemption may take a request before this one out of the list
+            index = self.running.index(request) + 1 if self._priority else index + 1
 
     def _allocate_or_preempt(self, request: EngineRequest, num_new: int, index: int,
-                             builder: StepBuilder) -> bool:
+                             builder: StepBuilder, num_computed: int | None = None) -> bool:
         """Allocate for the request, preempting the newest others until it fits; False if it was the victim."""
-        while self.kv_cache_manager.allocate_slots(request, num_new) is None:
-            victim = self._newest_preemptible(index)
+        while self.kv_cache_manager.allocate_slots(request, num_new, None, 0, num_computed) is None:
+            victim = self._lowest_priority() if self._priority else self._newest_preemptible(index)
+            if victim.request_id in builder.num_scheduled_tokens:
+                builder.remove(victim)  # vLLM gives back its tokens and unschedules it
             self._preempt(victim, builder)
             if victim is request:
                 return False
         return True
+
+    def _lowest_priority(self) -> EngineRequest:
+        """vLLM's priority victim: the running request with the largest (priority, arrival)
+        that is not in an unfinished step."""
+        candidates = [r for r in self.running if r.request_id not in self._in_flight_ids]
+        return max(candidates, key=lambda r: (r.priority, r.arrival_s))
 
     def _newest_preemptible(self, index: int) -> EngineRequest:
         """The newest running request at or after index that is not in an unfinished step."""
@@ -166,39 +260,47 @@ class VllmScheduler:
         request.status = RequestStatus.PREEMPTED
         self.kv_cache_manager.free(request)
         request.num_computed_tokens = 0
+        if self.async_scheduling:  # its steps in flight still deliver their tokens, stale
+            self._stale[request.request_id] = self._ahead.get(request.request_id, 0)
+            self._placeholders.pop(request.request_id, None)
         request.num_preemptions += 1
         self._totals["preemptions"] += 1
-        self.waiting.appendleft(request)
+        self._enqueue(request, front=True)
         builder.preempted_request_ids.append(request.request_id)
 
     def _lora_blocked(self, request: EngineRequest, loras: set[str]) -> bool:
         """True when admitting the request would bring one adapter too many.
 
-        Counted over all running requests, so no step ever holds more than max_loras adapters."""
+        Counted, as vLLM does, over the requests scheduled in this step (a running request left
+        out for lack of budget does not count), so no step holds more than max_loras adapters."""
         return (request.lora is not None and request.lora not in loras
                 and len(loras) >= self.config.max_loras)
 
     def _schedule_waiting(self, builder: StepBuilder) -> None:
         """Admit queued requests in FIFO order while budget, sequence slots and KV blocks last."""
-        loras = {r.lora for r in self.running if r.lora is not None}
+        loras = set(builder.lora_adapters)
         skipped: list[EngineRequest] = []
         while self.waiting and builder.token_budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting[0]
-            if self._lora_blocked(request, loras):
+            if self._lora_blocked(request, loras) or (self._stale and self._stale.get(request.request_id)):
+                # vLLM: nor may a preempted request resume before its stale output arrives
                 skipped.append(self.waiting.popleft())
                 continue
             if not self._admit(request, builder):
                 break
             if request.lora is not None:
                 loras.add(request.lora)
-        self.waiting.extendleft(reversed(skipped))
+        for request in reversed(skipped):
+            self._enqueue(request, front=True)
 
     def _admit(self, request: EngineRequest, builder: StepBuilder) -> bool:
         """Look up the prefix cache, allocate, and move the queue head to running; False if KV is full."""
         hits, num_hit_tokens = self.kv_cache_manager.get_computed_blocks(request)
         num_new = self._num_new_tokens(request, num_hit_tokens, builder.token_budget)
-        if self.kv_cache_manager.allocate_slots(request, num_new, hits) is None:
+        full = min(request.num_tokens, self.max_model_len) if self.config.scheduler_reserve_full_isl else 0
+        if self.kv_cache_manager.allocate_slots(request, num_new, hits, full) is None:
             return False
+        self.kv_cache_manager.record_prefix_cache_stats(request, num_hit_tokens)
         self.waiting.popleft()
         if request.status is RequestStatus.PREEMPTED:
             builder.resumed_request_ids.append(request.request_id)
@@ -220,6 +322,8 @@ class VllmScheduler:
 
     def finish_step(self, step: ScheduledStep) -> list[RequestOutput]:
         """Advance the step's requests, emit tokens, free finished requests."""
+        if self.async_scheduling:
+            return self._finish_step_async(step)
         del self._in_flight[step.step_id]
         self._totals["steps"] += 1
         outputs = []
@@ -232,6 +336,73 @@ class VllmScheduler:
             if output is not None:
                 outputs.append(output)
         return outputs
+
+    def _finish_step_async(self, step: ScheduledStep) -> list[RequestOutput]:
+        """vLLM's AsyncScheduler `update_from_output`: sampled tokens replace placeholders and
+        the blocks they fill are cached (before a finished request frees them); a request
+        preempted meanwhile still receives its token."""
+        del self._in_flight[step.step_id]
+        self._totals["steps"] += 1
+        samples = self._samples.pop(step.step_id)
+        outputs = []
+        for rid, num_new in step.num_scheduled_tokens.items():
+            request = self.requests.get(rid)
+            if request is None:
+                continue  # aborted, or finished by the step before
+            ahead = self._ahead[rid] - num_new
+            self._ahead[rid] = ahead
+            stale = self._stale.get(rid, 0)
+            if stale:
+                self._stale[rid] = stale - num_new
+                output = self._deliver_stale(request) if rid in samples else None
+            else:
+                output = self._advance_async(request, num_new, ahead, rid in samples)
+            if output is not None:
+                outputs.append(output)
+        return outputs
+
+    def _advance_async(self, request: EngineRequest, num_new: int, ahead: int, samples: bool) -> RequestOutput | None:
+        if not is_decode(request, num_new):
+            self._totals["computed"] += num_new
+        output = advance_request(request, num_new, self._streams[request.request_id])
+        if samples:
+            self._placeholders[request.request_id] -= 1
+        if output is None:
+            return None
+        self._count_output(request, output)
+        known = request.num_computed_tokens + ahead - self._placeholders[request.request_id]
+        self.kv_cache_manager.cache_full_blocks(request, min(known, request.num_tokens))
+        if output.finished:
+            self._finish(request)
+        return output
+
+    def _deliver_stale(self, request: EngineRequest) -> RequestOutput | None:
+        """The token of a step that was in flight when its request was preempted (vLLM delivers
+        it; nothing is cached, the request recomputes it when it resumes)."""
+        computed = request.num_computed_tokens
+        request.num_computed_tokens = request.num_tokens  # sample now, without crediting compute
+        output = advance_request(request, 0, self._streams[request.request_id])
+        request.num_computed_tokens = computed
+        assert output is not None
+        self._count_output(request, output)
+        if output.finished:
+            self.waiting.remove(request)
+            del self.requests[request.request_id]
+            del self._streams[request.request_id]
+            self._forget_async(request.request_id)
+        return output
+
+    def _count_output(self, request: EngineRequest, output: RequestOutput) -> None:
+        self._totals["generation"] += 1
+        if output.is_first_token:
+            self._totals["prompt"] += request.num_prompt_tokens
+
+    def _finish(self, request: EngineRequest) -> None:
+        self.running.remove(request)
+        self.kv_cache_manager.free(request)
+        del self.requests[request.request_id]
+        del self._streams[request.request_id]
+        self._forget_async(request.request_id)
 
     def _advance(self, request: EngineRequest, num_new: int) -> RequestOutput | None:
         if not is_decode(request, num_new):

@@ -3,7 +3,9 @@
 Loop: ask the core for a step, ask the perf model how long it takes, sleep that long times
 `time_scale`, finish the step, hand each request its outputs through an asyncio queue, tell the
 observer (metrics) what happened. With pipeline parallelism up to `max_concurrent_batches`
-steps are in flight, a new one starting every step_time / pp.
+steps are in flight, a new one starting every step_time / pp. Under vLLM's async scheduling the
+next step is scheduled as soon as one starts (before its output is applied) and runs when it
+ends, as `EngineCore.step_with_batch_queue` does.
 
 Times given to observers are *engine seconds*: the modelled step durations while the engine is
 busy, real elapsed time divided by `time_scale` while it idles. A look-alike run at
@@ -233,12 +235,16 @@ class LiveDriver:
                 self._core_has_work = False
                 return
             duration_s = self.step_time_s(step.batch)
+            start_s = now
+            if self.core.async_scheduling and self._inflight:  # the GPU runs steps back to back
+                start_s = max(now, self._inflight[-1][0])
             for request_id in (*step.new_request_ids, *step.resumed_request_ids):
                 handle = self.handles.get(request_id)
                 if handle is not None and handle.times.scheduled_s is None:
-                    handle.times.scheduled_s = now
-            self._inflight.append((now + duration_s, now, step))
-            self._next_start_s = now + duration_s / self.core.max_concurrent_batches
+                    handle.times.scheduled_s = start_s
+            self._inflight.append((start_s + duration_s, start_s, step))
+            if not self.core.async_scheduling:  # async: the next step is scheduled at once
+                self._next_start_s = now + duration_s / self.core.max_concurrent_batches
 
     def _next_event_s(self) -> float:
         earliest_finish = min(finish for finish, _, _ in self._inflight)

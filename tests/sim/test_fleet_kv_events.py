@@ -16,8 +16,8 @@ from sim.build import EngineSpec, engine_replicas, job_factory
 from sim.fleet import FleetSim
 from sim.replicas import CoreReplica
 
-# 8 growing sessions over a shared system prompt: far more blocks than 2 x 120 hold
-AGENTS = "agents:sessions=8,turns=5,system=256,growth=128/64,output=24,think=0.5,stagger=0.05"
+# 12 growing sessions over a shared system prompt: far more blocks than 2 x 120 hold
+AGENTS = "agents:sessions=12,turns=5,system=256,growth=128/64,output=24,think=0.5,stagger=0.05"
 SMALL_KV = EngineSpec(num_gpu_blocks_override=120, scheduler={"max_model_len": 1900})
 
 

@@ -21,13 +21,48 @@ def test_block_zero_is_reserved_and_blocks_come_from_the_lru_end():
     assert pool.get_num_free_blocks() == 7
 
 
-def test_freed_blocks_join_the_mru_end_in_the_order_given():
+def test_freed_cached_blocks_join_the_mru_end_in_the_order_given():
     pool = BlockPool(num_gpu_blocks=11, enable_caching=True)
     a = pool.get_new_blocks(3)
     b = pool.get_new_blocks(2)
+    pool.cache_full_blocks(a + b, [b"a0", b"a1", b"a2", b"b0", b"b1"])
     pool.free_blocks(list(reversed(b)))
     pool.free_blocks(list(reversed(a)))
     assert pool.free_block_queue.block_ids() == [6, 7, 8, 9, 10, 5, 4, 3, 2, 1]
+
+
+def test_freed_blocks_without_a_hash_go_to_the_front_to_be_reused_first():
+    # vLLM's BlockPool.free_blocks: a partial tail never matches the prefix cache, so it is
+    # reused before any cached block is evicted
+    pool = BlockPool(num_gpu_blocks=11, enable_caching=True)
+    a = pool.get_new_blocks(3)
+    pool.cache_full_blocks(a[:2], [b"a0", b"a1"])
+    pool.free_blocks(list(reversed(a)))
+    assert pool.free_block_queue.block_ids() == [3, 4, 5, 6, 7, 8, 9, 10, 2, 1]
+    (taken,) = pool.get_new_blocks(1)
+    assert taken is a[2] and pool.get_cached_block(b"a0") is a[0]
+
+
+def test_without_prefix_caching_freed_blocks_are_reused_last_in_first_out():
+    pool = BlockPool(num_gpu_blocks=6, enable_caching=False)
+    a = pool.get_new_blocks(2)
+    pool.free_blocks(list(reversed(a)))
+    assert pool.free_block_queue.block_ids() == [2, 1, 3, 4, 5]
+
+
+def test_a_duplicate_copy_stays_findable_after_the_first_is_evicted():
+    # vLLM does not de-duplicate cached blocks: two requests computing the same prefix in one
+    # step cache it twice, and evicting one copy leaves the other hittable
+    pool = BlockPool(num_gpu_blocks=3, enable_caching=True)
+    first, second = pool.get_new_blocks(2)
+    pool.cache_full_block(first, b"same")
+    pool.cache_full_block(second, b"same")
+    assert pool.get_cached_block(b"same") is first
+    pool.free_blocks([first, second])
+    assert pool.get_new_blocks(1) == [first]
+    assert pool.get_cached_block(b"same") is second
+    assert pool.get_new_blocks(1) == [second]
+    assert pool.get_cached_block(b"same") is None
 
 
 def test_usage_counts_referenced_blocks_only():

@@ -19,18 +19,9 @@ from bench.vllm_equivalence.fake_side import FakeCore
 
 GOLDEN_DIR = Path(__file__).resolve().parents[2] / "data" / "vllm_golden"
 
-_ASYNC = ("difference 5: the fake has no async scheduling yet (vLLM's AsyncScheduler schedules a "
-          "request again while its previous step is in flight)")
-_PRIORITY = "difference 7 (not in the issue's list): the fake has no --scheduling-policy priority"
-KNOWN_DIFFERENCES: dict[str, str] = {
-    **{f"{name}_async": _ASYNC for name in (
-        "aborts", "all_at_once", "azure_like", "chunked_prefill_no_threshold", "chunked_prefill_threshold_200",
-        "kv_pressure_no_reserve", "kv_pressure_reserve", "lora_max_loras_2", "random_1", "random_2", "random_3",
-        "shared_prefixes_lru")},
-    "priority": _PRIORITY,
-    "priority_async": _PRIORITY,
-}
-"""Workload -> the difference (numbered as in issue 25) the fake does not model yet."""
+KNOWN_DIFFERENCES: dict[str, str] = {}
+"""Workload -> the difference (numbered as in issue 25) the fake does not model yet; such a
+workload is marked xfail(strict=True), so fixing the difference flips it. None left."""
 
 
 def _cases() -> list[object]:

@@ -132,12 +132,22 @@ def test_long_prefill_threshold_caps_each_chunk():
     config = VllmSchedulerConfig(num_gpu_blocks=100, max_num_batched_tokens=512, long_prefill_token_threshold=50)
     sched = VllmScheduler(config)
     sched.add_request(_req("long", list(range(120))))
+    sched.add_request(_req("other", list(range(500, 620))))
     sizes = []
     for _ in range(3):
         step = sched.schedule()
         sizes.append(step.num_scheduled_tokens["long"])
         sched.finish_step(step)
     assert sizes == [50, 50, 20]
+
+
+def test_long_prefill_threshold_is_ignored_while_one_request_is_in_the_engine():
+    # vLLM 0.32 Scheduler.schedule: with nobody to starve, the lone prefill uses the whole budget
+    config = VllmSchedulerConfig(num_gpu_blocks=100, max_num_batched_tokens=512, long_prefill_token_threshold=50)
+    sched = VllmScheduler(config)
+    sched.add_request(_req("long", list(range(120))))
+    step = sched.schedule()
+    assert step.num_scheduled_tokens == {"long": 120}
 
 
 def test_max_loras_limits_distinct_adapters_per_step():
