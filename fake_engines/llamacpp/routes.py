@@ -1,4 +1,8 @@
-"""Generation routes of the fake llama-server: /completion, /v1/completions, /v1/chat/completions."""
+"""Generation routes of the fake llama-server: /completion, /v1/completions, /v1/chat/completions.
+
+The OpenAI routes run one task per prompt and sample (`n`, a list of prompts), as llama-server
+does: one choice each, indexed prompt x n + sample, usage and timings those of the first task.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from fake_engines.core import EngineRequest, RequestRejected, decode, encode
+from fake_engines.driver import logprobs as made_up
 from fake_engines.driver.chat import chat_prompt
 from fake_engines.driver.live import RequestHandle
 from fake_engines.driver.serving import json_body, write_sse
@@ -46,6 +51,21 @@ class LlamaRequest:
     """[{"id", "scale"}] in force for this request."""
     stop: list[str]
     """Stop strings: generation ends before the first one that appears."""
+    more_prompts: tuple[tuple[int, ...], ...] = ()
+    """The prompts after the first of a /v1/completions prompt list (one choice each)."""
+    n: int = 1
+    """Samples per prompt (OpenAI routes)."""
+    n_probs: int | None = None
+    """Alternatives per token to report (logprobs / top_logprobs); None: no logprobs."""
+    seed: int | None = None
+    """The request's seed (its logprobs are a function of it), else the server's."""
+    sampled: bool = True
+    """temperature > 0 (llama-server's default 0.8): the drawn token need not be the most likely."""
+
+    @property
+    def prompts(self) -> list[list[int]]:
+        """Every prompt, in order."""
+        return [self.prompt_ids, *(list(p) for p in self.more_prompts)]
 
 
 @dataclass(frozen=True)
@@ -72,13 +92,45 @@ def _prompt(body: dict, kind: str) -> str | list[int]:
     if "prompt" not in body:
         raise LlamaError(400, "[json.exception.out_of_range.403] key 'prompt' not found")
     prompt = body["prompt"]
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
-        prompt = prompt[0]
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
+        prompt = prompt[0]  # a list of prompts: the first here, the rest in _more_prompts
     if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
         return list(prompt)
     if not isinstance(prompt, str):
         raise LlamaError(400, "\"prompt\" must be a string, a list of tokens or a list of one prompt")
     return prompt
+
+
+def _more_prompts(body: dict, kind: str) -> tuple[tuple[int, ...], ...]:
+    """The second and later prompts of an OpenAI prompt list."""
+    prompt = body.get("prompt")
+    if kind != "completion" or not isinstance(prompt, list) or len(prompt) < 2 or \
+            not isinstance(prompt[0], str | list):
+        return ()
+    more = []
+    for item in prompt[1:]:
+        if isinstance(item, str):
+            more.append(tuple(encode(item)))
+        elif isinstance(item, list) and all(isinstance(t, int) for t in item):
+            more.append(tuple(item))
+        else:
+            raise LlamaError(400, "\"prompt\" must be a string, a list of tokens or a list of prompts")
+    return tuple(more)
+
+
+def _n_probs(body: dict, kind: str) -> int | None:
+    """Alternatives per token: n_probs (native), logprobs (completions), top_logprobs with logprobs (chat)."""
+    if kind == "native":
+        count = typed(body, "n_probs", float, "number")
+        return int(count) if count else None
+    if kind == "chat":
+        if not body.get("logprobs"):
+            return None
+        return int(typed(body, "top_logprobs", float, "number") or 0)
+    count = body.get("logprobs")
+    if count is None or count is False:
+        return None
+    return 0 if count is True else int(typed(body, "logprobs", float, "number") or 0)
 
 
 def _lora(server: LlamaServer, body: dict) -> list[dict]:
@@ -91,7 +143,8 @@ def _lora(server: LlamaServer, body: dict) -> list[dict]:
 def parse_request(server: LlamaServer, body: dict, kind: str) -> LlamaRequest:
     """Validate as llama-server does: types first, then required fields."""
     stream = bool(typed(body, "stream", bool, "boolean"))
-    typed(body, "temperature", float, "number")
+    temperature = typed(body, "temperature", float, "number")
+    n = int(typed(body, "n", float, "number") or 1) if kind != "native" else 1
     n_predict = max_tokens(body)
     prompt = _prompt(body, kind)
     ids = prompt if isinstance(prompt, list) else encode(prompt)
@@ -99,7 +152,9 @@ def parse_request(server: LlamaServer, body: dict, kind: str) -> LlamaRequest:
     options = body.get("stream_options") or {}
     return LlamaRequest(kind=kind, prompt_ids=ids, prompt_text=text, n_predict=n_predict, stream=stream,
                         include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
-                        ignore_eos=bool(body.get("ignore_eos")), lora=_lora(server, body), stop=_stops(body))
+                        ignore_eos=bool(body.get("ignore_eos")), lora=_lora(server, body), stop=_stops(body),
+                        more_prompts=_more_prompts(body, kind), n=max(n, 1), n_probs=_n_probs(body, kind),
+                        seed=typed(body, "seed", float, "number"), sampled=temperature is None or temperature > 0)
 
 
 def _stops(body: dict) -> list[str]:
@@ -114,11 +169,12 @@ def _lora_key(lora: list[dict]) -> str | None:
     return ",".join(active) or None
 
 
-def submit(server: LlamaServer, req: LlamaRequest) -> RequestHandle:
+def submit(server: LlamaServer, req: LlamaRequest, prompt: list[int] | None = None) -> RequestHandle:
     """Queue on the slots; a prompt longer than a slot's context is a 400 exceed_context_size_error."""
-    room = max(server.slot_n_ctx - len(req.prompt_ids), 1)
+    prompt = req.prompt_ids if prompt is None else prompt
+    room = max(server.slot_n_ctx - len(prompt), 1)
     budget = room if req.n_predict < 0 else min(max(req.n_predict, 1), room)
-    request = EngineRequest(request_id=server.request_id(), prompt_token_ids=req.prompt_ids, max_tokens=budget,
+    request = EngineRequest(request_id=server.request_id(), prompt_token_ids=prompt, max_tokens=budget,
                             output_len=server.sampler.sample(budget, req.ignore_eos), lora=_lora_key(req.lora))
     try:
         return server.driver.submit(request)
@@ -127,17 +183,34 @@ def submit(server: LlamaServer, req: LlamaRequest) -> RequestHandle:
                          n_ctx=exc.n_ctx) from None
 
 
+def submit_all(server: LlamaServer, req: LlamaRequest) -> list[RequestHandle]:
+    """One task per prompt and sample, in choice order; none stays queued if one is refused."""
+    handles: list[RequestHandle] = []
+    try:
+        for prompt in req.prompts:
+            handles += [submit(server, req, prompt) for _ in range(req.n)]
+    except LlamaError:
+        _abort(server, handles)
+        raise
+    return handles
+
+
+def _abort(server: LlamaServer, handles: list[RequestHandle]) -> None:
+    for handle in handles:
+        server.driver.abort(handle.request.request_id)  # frees the slot at once
+
+
 async def _handle(request: web.Request, kind: str) -> web.StreamResponse:
     server = request.app[SERVER_KEY]
     req = parse_request(server, parse_json(await request.read()), kind)
-    handle = submit(server, req)
-    cancel_task = functools.partial(server.driver.abort, handle.request.request_id)  # frees the slot at once
+    handles = submit_all(server, req)
+    cancel_tasks = functools.partial(_abort, server, handles)
     try:
         if req.stream:
-            return await write_sse(request, SSE_HEADERS, _events(server, req, handle), cancel_task)
-        return await _collect(server, req, handle)
+            return await write_sse(request, SSE_HEADERS, _events(server, req, handles), cancel_tasks)
+        return await _collect(server, req, handles)
     except asyncio.CancelledError:  # the client went away: aiohttp cancels the handler
-        cancel_task()
+        cancel_tasks()
         raise
 
 
@@ -189,37 +262,118 @@ def _native_final(server: LlamaServer, req: LlamaRequest, handle: RequestHandle,
                                last.stopping_word)
 
 
-async def _collect(server: LlamaServer, req: LlamaRequest, handle: RequestHandle) -> web.Response:
-    text, last = "", Piece("", [], "stop", "")
+@dataclass
+class _Collected:
+    """One task's whole answer."""
+
+    text: str = ""
+    last: Piece = Piece("", [], "stop", "")
+    token_ids: list[int] | None = None
+
+
+async def _collect_one(server: LlamaServer, req: LlamaRequest, handle: RequestHandle) -> _Collected:
+    out = _Collected(token_ids=[])
     async for piece in _pieces(server, req, handle):
-        text += piece.text
-        last = piece
-    use, timings = _finish(server, handle)
+        out.text += piece.text
+        out.last = piece
+        out.token_ids += piece.token_ids  # type: ignore[operator]
+    return out
+
+
+async def _collect(server: LlamaServer, req: LlamaRequest, handles: list[RequestHandle]) -> web.Response:
+    results = await asyncio.gather(*(_collect_one(server, req, h) for h in handles))
+    use, timings = _finish(server, handles[0])  # llama-server reports the first task's usage and timings
     model, created = server.config.model_id, int(time.time())
     if req.kind == "native":
-        return json_body(_native_final(server, req, handle, last, timings, text))
+        first = results[0]
+        return json_body(_native_final(server, req, handles[0], first.last, timings, first.text))
     build = shapes.chat_body if req.kind == "chat" else shapes.completion_body
-    return json_body(build(shapes.new_id(), created, model, text, last.reason or "stop", use, timings))
+    body = build(shapes.new_id(), created, model, results[0].text, results[0].last.reason or "stop", use, timings)
+    body["choices"] = [_with_logprobs(server, req, handle, {**body["choices"][0], **_choice_text(req, result),
+                                                            "index": i}, result.token_ids or [], 0)
+                       for i, (handle, result) in enumerate(zip(handles, results, strict=True))]
+    return json_body(body)
+
+
+def _choice_text(req: LlamaRequest, result: _Collected) -> dict:
+    reason = result.last.reason or "stop"
+    if req.kind == "chat":
+        return {"finish_reason": reason, "message": {"role": "assistant", "content": result.text}}
+    return {"text": result.text, "finish_reason": reason}
+
+
+def _with_logprobs(server: LlamaServer, req: LlamaRequest, handle: RequestHandle, choice: dict,
+                   token_ids: list[int], first_position: int) -> dict:
+    """`choice` with llama-server's OpenAI logprobs ({"content": [...]}) when asked for; chat
+    choices carry the key only then, completion choices always (null)."""
+    if req.n_probs is None:
+        return choice
+    seed = server.config.seed if req.seed is None else int(req.seed)
+    entries = made_up.request_logprobs(seed, handle.request.prompt_token_ids, first_position, token_ids,
+                                       req.n_probs, req.sampled)
+    # a chat choice gains the key after its message, as captured; a completion choice's null is replaced
+    return {**choice, "logprobs": shapes.openai_logprobs(entries)}
+
+
+async def _merged(server: LlamaServer, req: LlamaRequest,
+                  handles: list[RequestHandle]) -> AsyncGenerator[tuple[int, Piece], None]:
+    """Every task's pieces as they come, with the task's choice index."""
+    if len(handles) == 1:
+        async with contextlib.aclosing(_pieces(server, req, handles[0])) as pieces:
+            async for piece in pieces:
+                yield 0, piece
+        return
+    queue: asyncio.Queue[tuple[int, Piece | None]] = asyncio.Queue()
+
+    async def pump(index: int, handle: RequestHandle) -> None:
+        async for piece in _pieces(server, req, handle):
+            queue.put_nowait((index, piece))
+        queue.put_nowait((index, None))
+
+    tasks = [asyncio.create_task(pump(i, h)) for i, h in enumerate(handles)]
+    try:
+        remaining = len(handles)
+        while remaining:
+            index, got = await queue.get()
+            if got is None:
+                remaining -= 1
+            else:
+                yield index, got
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 async def _events(server: LlamaServer, req: LlamaRequest,
-                  handle: RequestHandle) -> AsyncGenerator[dict | str, None]:
-    """The stream's events as the task produces tokens, then the closing ones."""
+                  handles: list[RequestHandle]) -> AsyncGenerator[dict | str, None]:
+    """The stream's events as the tasks produce tokens, then the closing ones."""
     rid, created, model = shapes.new_id(), int(time.time()), server.config.model_id
     if req.kind == "chat":
-        yield shapes.chat_chunk(rid, created, model, {"role": "assistant", "content": None}, None)
-    last, predicted = Piece("", [], "stop", ""), 0
-    async with contextlib.aclosing(_pieces(server, req, handle)) as pieces:
-        async for piece in pieces:
-            last = piece
+        for index in range(len(handles)):
+            yield _indexed(shapes.chat_chunk(rid, created, model, {"role": "assistant", "content": None}, None), index)
+    lasts = [Piece("", [], "stop", "") for _ in handles]
+    predicted = [0] * len(handles)
+    async with contextlib.aclosing(_merged(server, req, handles)) as pieces:
+        async for index, piece in pieces:
+            lasts[index] = piece
             if not piece.token_ids:
                 continue
-            predicted += len(piece.token_ids)
+            predicted[index] += len(piece.token_ids)
             if piece.text or not piece.stopping_word:
-                yield _token_event(req, rid, created, model, piece, predicted)
-    use, timings = _finish(server, handle)
-    for event in _closing_events(server, req, handle, rid, created, model, last, use, timings):
+                event = _token_event(req, rid, created, model, piece, predicted[index])
+                if req.kind != "native":
+                    event = _indexed(event, index)
+                    event["choices"][0] = _with_logprobs(server, req, handles[index], event["choices"][0],
+                                                         piece.token_ids, predicted[index] - len(piece.token_ids))
+                yield event
+    use, timings = _finish(server, handles[0])
+    for event in _closing_events(server, req, handles, rid, created, model, lasts, use, timings):
         yield event
+
+
+def _indexed(event: dict, index: int) -> dict:
+    event["choices"][0]["index"] = index
+    return event
 
 
 def _token_event(req: LlamaRequest, rid: str, created: int, model: str, piece: Piece, predicted: int) -> dict:
@@ -230,15 +384,17 @@ def _token_event(req: LlamaRequest, rid: str, created: int, model: str, piece: P
     return shapes.native_chunk(piece.text, piece.token_ids, predicted, len(req.prompt_ids))
 
 
-def _closing_events(server, req, handle, rid, created, model, last: Piece, use, timings) -> list:
-    reason = last.reason or "stop"
+def _closing_events(server, req, handles, rid, created, model, lasts: list[Piece], use, timings) -> list:
     if req.kind == "native":
-        return [_native_final(server, req, handle, last, timings, "")]
+        return [_native_final(server, req, handles[0], lasts[0], timings, "")]
     if req.kind == "completion":
-        return [shapes.completion_final_chunk(rid, created, model, reason, use, timings), "[DONE]"]
-    finish = shapes.chat_chunk(rid, created, model, {}, reason)
+        finals = [_indexed(shapes.completion_final_chunk(rid, created, model, last.reason or "stop", use, timings), i)
+                  for i, last in enumerate(lasts)]
+        return [*finals, "[DONE]"]
+    finishes = [_indexed(shapes.chat_chunk(rid, created, model, {}, last.reason or "stop"), i)
+                for i, last in enumerate(lasts)]
     if not req.include_usage:
-        return [{**finish, "timings": timings.body()}, "[DONE]"]
+        return [*finishes[:-1], {**finishes[-1], "timings": timings.body()}, "[DONE]"]
     usage_chunk = {**shapes.chat_chunk(rid, created, model, {}, None), "choices": [], "usage": use,
                    "timings": timings.body()}
-    return [finish, usage_chunk, "[DONE]"]
+    return [*finishes, usage_chunk, "[DONE]"]

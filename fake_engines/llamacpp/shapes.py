@@ -71,6 +71,16 @@ def completion_body(rid: str, created: int, model: str, text: str, reason: str, 
             "object": "text_completion", "usage": use, "id": rid, "timings": timings.body()}
 
 
+def openai_logprobs(entries: list) -> dict:
+    """The OpenAI-route logprobs object (chat and completions alike): per token its id, text,
+    bytes and logprob, and the most likely tokens in the same form (entries from
+    fake_engines.driver.logprobs)."""
+    def item(c) -> dict:
+        return {"id": c.token_id, "token": c.text, "bytes": c.utf8, "logprob": c.logprob}
+
+    return {"content": [{**item(e.chosen), "top_logprobs": [item(c) for c in e.top]} for e in entries]}
+
+
 def chat_chunk(rid: str, created: int, model: str, delta: dict, reason: str | None) -> dict:
     """One chat event: role first (content null), then content deltas, then an empty finishing delta."""
     return _envelope("chat.completion.chunk", [{"finish_reason": reason, "index": 0, "delta": delta}],

@@ -48,6 +48,8 @@ class ChoiceDelta:
     """Prompt tokens served from the prefix cache (on the last delta)."""
     num_output_tokens: int = 0
     """Tokens the choice had generated when this output was produced (for usage so far)."""
+    token_ids: tuple[int, ...] = ()
+    """The tokens this output added (their log-probabilities, when asked for)."""
 
 
 def abort(choices: list[Choice]) -> None:
@@ -63,11 +65,11 @@ async def _pump(choice: Choice, stops: list[str], queue: asyncio.Queue) -> None:
         if stop is not None:
             choice.unit.driver.stop_early(choice.handle.request.request_id)
             queue.put_nowait(ChoiceDelta(choice.index, new, True, "stop", stop, out.num_cached_tokens,
-                                         out.num_output_tokens))
+                                         out.num_output_tokens, tuple(out.new_token_ids)))
             return
         reason = (out.finish_reason.value if out.finish_reason else "stop") if out.finished else None
         queue.put_nowait(ChoiceDelta(choice.index, new, bool(out.new_token_ids), reason, None,
-                                     out.num_cached_tokens, out.num_output_tokens))
+                                     out.num_cached_tokens, out.num_output_tokens, tuple(out.new_token_ids)))
 
 
 async def deltas(choices: list[Choice], stops: list[str]) -> AsyncGenerator[ChoiceDelta, None]:

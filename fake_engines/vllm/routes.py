@@ -14,11 +14,13 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from fake_engines.core import EngineRequest, RequestRejected, encode
+from fake_engines.core import EngineRequest, RequestRejected, decode, encode
+from fake_engines.driver import logprobs as made_up
 from fake_engines.driver.chat import chat_prompt
 from fake_engines.driver.serving import json_body, write_sse
 from fake_engines.vllm import choices as choices_mod
 from fake_engines.vllm import errors, shapes
+from fake_engines.vllm import logprobs as vllm_logprobs
 from fake_engines.vllm.app import SERVER_KEY, VllmServer
 from fake_engines.vllm.choices import Choice
 from fake_engines.vllm.telemetry import RequestParams
@@ -54,6 +56,33 @@ class GenerationRequest:
     """Generate exactly max_tokens."""
     stop: list[str]
     """Stop strings: the text ends before the first one that appears."""
+    logprobs: int | None = None
+    """Alternatives per token to report (completions `logprobs`, chat `top_logprobs`); None: no logprobs."""
+    echo: bool = False
+    """Completions `echo`: the prompt leads the text (and the logprobs)."""
+    seed: int | None = None
+    """The request's seed (its logprobs are a function of it), else the server's."""
+    sampled: bool = True
+    """temperature > 0 (vLLM's default 1.0): the drawn token need not be the most likely."""
+
+
+def _logprobs_param(body: dict, chat: bool) -> int | None:
+    """How many alternatives per token the request asks for, in vLLM's validation order."""
+    if chat:
+        top = errors.optional_int(body, "top_logprobs")
+        if top is not None and top < 0 and top != -1:
+            raise errors.bad_request("`top_logprobs` must be a positive value or -1.", "top_logprobs", top)
+        if top is not None and top != 0 and not errors.lax_bool(body, "logprobs"):
+            raise errors.bad_request("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
+        count = (top or 0) if errors.lax_bool(body, "logprobs") else None
+    else:
+        count = errors.optional_int(body, "logprobs")
+        if count is not None and count < 0 and count != -1:
+            raise errors.bad_request("`logprobs` must be a positive value or -1.", "logprobs", count)
+    if count is not None and count > vllm_logprobs.MAX_LOGPROBS:
+        raise errors.bad_request(f"Requested sample logprobs of {count}, which is greater than max allowed: "
+                                 f"{vllm_logprobs.MAX_LOGPROBS}", "logprobs", count)
+    return count
 
 
 def _resolve_model(server: VllmServer, body: dict) -> tuple[str, str | None]:
@@ -91,6 +120,8 @@ def parse_generation(server: VllmServer, body: dict, chat: bool) -> GenerationRe
     max_tokens = errors.optional_int(body, "max_completion_tokens" if chat and "max_completion_tokens" in body
                                      else "max_tokens")
     n = errors.optional_int(body, "n") or 1
+    seed = errors.optional_int(body, "seed")
+    logprobs = _logprobs_param(body, chat)
     options = body.get("stream_options") or {}
     model, lora = _resolve_model(server, body)
     prompts = _chat_prompt_ids(body) if chat else _completion_prompt_ids(body)
@@ -104,7 +135,9 @@ def parse_generation(server: VllmServer, body: dict, chat: bool) -> GenerationRe
                              stream=stream, include_usage=_option(options, "include_usage"),
                              continuous_usage=_option(options, "include_usage")
                              and _option(options, "continuous_usage_stats"),
-                             ignore_eos=bool(body.get("ignore_eos")), stop=_stop_strings(body))
+                             ignore_eos=bool(body.get("ignore_eos")), stop=_stop_strings(body),
+                             logprobs=logprobs, echo=not chat and errors.lax_bool(body, "echo"), seed=seed,
+                             sampled=temperature is None or temperature > 0)
 
 
 def _stop_strings(body: dict) -> list[str]:
@@ -194,10 +227,12 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def _collect(server: VllmServer, req: GenerationRequest, choices: list[Choice]) -> web.Response:
     texts: dict[int, str] = {}
+    tokens: dict[int, list[int]] = {}
     ends: dict[int, tuple[str, str | None]] = {}
     cached = 0
     async for delta in choices_mod.deltas(choices, req.stop):
         texts[delta.index] = texts.get(delta.index, "") + delta.text
+        tokens.setdefault(delta.index, []).extend(delta.token_ids)
         if delta.finish_reason is not None:
             ends[delta.index] = (delta.finish_reason, delta.stop_reason)
             cached += delta.cached_tokens if delta.index % req.n == 0 else 0
@@ -205,9 +240,35 @@ async def _collect(server: VllmServer, req: GenerationRequest, choices: list[Cho
     rid, created = shapes.new_id("chatcmpl" if req.chat else "cmpl"), int(time.time())
     build = shapes.chat_body if req.chat else shapes.completion_body
     body = build(rid, created, req.model, "", "stop", usage)
-    body["choices"] = [{**body["choices"][0], **_choice_fields(req, texts.get(i, ""), *ends.get(i, ("stop", None))),
+    by_index = {c.index: c for c in choices}
+    body["choices"] = [{**body["choices"][0],
+                        **_choice_fields(req, _echoed(req, by_index[i]) + texts.get(i, ""), *ends.get(i, ("stop", None))),
+                        "logprobs": _choice_logprobs(server, req, by_index[i], tokens.get(i, []), 0, echo=req.echo),
                         "index": i} for i in range(len(choices))]
     return json_body(body)
+
+
+def _echoed(req: GenerationRequest, choice: Choice) -> str:
+    return decode(list(choice.handle.request.prompt_token_ids)) if req.echo else ""
+
+
+def _choice_logprobs(server: VllmServer, req: GenerationRequest, choice: Choice, token_ids: list[int],
+                     first_position: int, echo: bool = False, text_offset: int = 0) -> dict | None:
+    """The choice's logprobs for `token_ids` (output positions from `first_position`), in the
+    request's shape; with `echo`, the prompt's tokens first. None when not asked for."""
+    if req.logprobs is None:
+        return None
+    prompt = list(choice.handle.request.prompt_token_ids)
+    seed = server.config.seed if req.seed is None else req.seed
+    entries: list[made_up.TokenLogprobs | None] = list(
+        made_up.request_logprobs(seed, prompt, first_position, token_ids, req.logprobs, req.sampled))
+    if req.chat:
+        return vllm_logprobs.chat_logprobs([e for e in entries if e], req.logprobs)
+    ids = token_ids
+    if echo:  # the prompt's tokens, at negative positions, the first one without a logprob
+        before = made_up.request_logprobs(seed, prompt, -len(prompt), prompt, req.logprobs)
+        entries, ids = [None, *before[1:], *entries], prompt + token_ids
+    return vllm_logprobs.completion_logprobs(entries, [decode([t]) for t in ids], req.logprobs, text_offset)
 
 
 def _choice_fields(req: GenerationRequest, text: str, reason: str, stop_reason: str | None) -> dict:
@@ -225,6 +286,8 @@ async def _events(server: VllmServer, req: GenerationRequest,
     started: set[int] = set()
     cached = 0
     generated: dict[int, int] = {}  # choice -> tokens as of its latest output
+    by_index = {c.index: c for c in choices}
+    offsets: dict[int, int] = {}  # choice -> characters sent (completions' text_offset)
     async with contextlib.aclosing(choices_mod.deltas(choices, req.stop)) as deltas:
         async for delta in deltas:
             generated[delta.index] = delta.num_output_tokens
@@ -234,8 +297,14 @@ async def _events(server: VllmServer, req: GenerationRequest,
                 yield _indexed(shapes.chat_role_chunk(rid, created, req.model), delta.index)
                 started.add(delta.index)
             chunk = shapes.chat_chunk if req.chat else shapes.completion_chunk
-            event = _indexed(chunk(rid, created, req.model, delta.text, delta.finish_reason, delta.stop_reason),
+            first = req.echo and delta.index not in offsets
+            text = (_echoed(req, by_index[delta.index]) if first else "") + delta.text
+            event = _indexed(chunk(rid, created, req.model, text, delta.finish_reason, delta.stop_reason),
                              delta.index)
+            event["choices"][0]["logprobs"] = _choice_logprobs(
+                server, req, by_index[delta.index], list(delta.token_ids),
+                delta.num_output_tokens - len(delta.token_ids), echo=first, text_offset=offsets.get(delta.index, 0))
+            offsets[delta.index] = offsets.get(delta.index, 0) + len(text)
             if req.continuous_usage:  # usage as of this chunk, even if later steps already ran
                 so_far = shapes.Usage(_usage(server, req, choices, cached).prompt_tokens, sum(generated.values()),
                                       cached if server.config.enable_prompt_tokens_details else None)

@@ -324,3 +324,56 @@ async def test_a_real_gguf_is_described_in_v1_models_as_captured(tmp_path):
     captured = json.loads((CAPTURES / "004_v1_models.http").read_text().split("\n\n", 1)[1])["data"][0]
     assert card["meta"] == captured["meta"]
     assert card["id"] == str(path) and card["owned_by"] == "llamacpp"
+
+
+def _captured(name: str) -> tuple[dict, dict]:
+    from tests.fake_engines.capture_shapes import captured
+
+    return captured(CAPTURES / f"{name}.http")
+
+
+@pytest.mark.parametrize(("name", "path"), [("023_completions_nonstream_n2_logprobs", "/v1/completions"),
+                                            ("024_completions_prompt_list_of_2", "/v1/completions"),
+                                            ("026_chat_nonstream_logprobs_top2", "/v1/chat/completions")])
+def test_n_prompt_lists_and_logprobs_answer_as_captured(engine, name, path):
+    from tests.fake_engines.capture_shapes import shape
+
+    request, expected = _captured(name)
+    status, body = _post(engine.base_url, path, json.dumps({**request, "ignore_eos": True}).encode())
+    assert status == 200
+    assert [c["index"] for c in body["choices"]] == [c["index"] for c in expected["choices"]]
+    assert shape(body) == shape(expected)  # keys in order, logprobs objects, usage and timings
+    assert body["usage"]["completion_tokens"] == expected["usage"]["completion_tokens"]  # the first task's
+
+
+def test_logprobs_line_up_with_the_text_sorted_and_negative(engine):
+    status, body = _post(engine.base_url, "/v1/chat/completions", json.dumps({
+        "messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 6, "logprobs": True,
+        "top_logprobs": 3, "temperature": 0, "ignore_eos": True, "n": 2}).encode())
+    assert status == 200 and len(body["choices"]) == 2
+    for choice in body["choices"]:
+        content = choice["logprobs"]["content"]
+        assert "".join(e["token"] for e in content) == choice["message"]["content"] and len(content) == 6
+        for entry in content:
+            tops = [t["logprob"] for t in entry["top_logprobs"]]
+            assert len(tops) == 3 and tops == sorted(tops, reverse=True) and all(v < 0 for v in tops)
+            assert entry["top_logprobs"][0]["id"] == entry["id"]  # greedy: the most likely was drawn
+            assert entry["bytes"] == list(entry["token"].encode())
+
+
+def test_streamed_n_and_prompt_lists_send_every_choice_and_its_logprobs(engine):
+    req = urllib.request.Request(engine.base_url + "/v1/completions", data=json.dumps({
+        "prompt": ["Hello world, the quick brown fox", "Red green blue"], "n": 2, "max_tokens": 3,
+        "logprobs": 2, "stream": True, "ignore_eos": True}).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        events = [json.loads(line[6:]) for line in (raw.decode().strip() for raw in resp) if line.startswith("data: {")]
+    texts: dict[int, str] = {}
+    tokens: dict[int, str] = {}
+    for event in events:
+        choice = event["choices"][0]
+        texts[choice["index"]] = texts.get(choice["index"], "") + choice["text"]
+        if choice["logprobs"]:
+            tokens[choice["index"]] = tokens.get(choice["index"], "") + "".join(
+                e["token"] for e in choice["logprobs"]["content"])
+    assert sorted(texts) == [0, 1, 2, 3] and tokens == texts
+    assert sum(e["choices"][0]["finish_reason"] == "length" for e in events) == 4
