@@ -68,6 +68,16 @@ def shared_prefixes() -> dict[str, Any]:
     return _workload("shared_prefixes_lru", reqs, num_gpu_blocks=90, max_num_seqs=8)
 
 
+def duplicate_blocks() -> dict[str, Any]:
+    """Requests that share a long prompt arrive while the first is still in chunked prefill: each
+    hits the chunks cached so far and computes the rest itself, so the same blocks are cached
+    twice or more; unrelated traffic then evicts some copies and late requests hit the others."""
+    reqs = [_req(i, i, [[9000, 600], [9100 + i, 8]], 6) for i in range(4)]
+    reqs += [_req(4 + i, 30 + 2 * i, [[9200 + i, 300]], 20) for i in range(6)]
+    reqs += [_req(10 + i, 70 + i, [[9000, 600], [9300 + i, 8]], 6) for i in range(4)]
+    return _workload("duplicate_blocks", reqs, num_gpu_blocks=110, max_num_batched_tokens=128, max_num_seqs=6)
+
+
 def chunked_prefill(threshold: int) -> dict[str, Any]:
     rng = random.Random(4)
     reqs = [_req(0, 0, [[4000, 1500]], 30)]  # alone at first: the threshold does not apply
@@ -95,6 +105,13 @@ def lora() -> dict[str, Any]:
     reqs = [_req(i, i // 2, [[6000 + i, rng.randint(20, 200)]], rng.randint(5, 40),
                  lora=[None, "a", "b", "c"][i % 4]) for i in range(20)]
     return _workload("lora_max_loras_2", reqs, max_loras=2, max_num_seqs=8)
+
+
+def lora_one_slot() -> dict[str, Any]:
+    """max_loras 1 with two adapters: under async scheduling a request whose last step is in
+    flight is not scheduled again, so its adapter does not count and the other may start."""
+    reqs = [_req(i, 2 * (i // 2), [[6500 + i, 40 + 10 * i]], 3 + i % 3, lora="ab"[i % 2]) for i in range(12)]
+    return _workload("lora_max_loras_1", reqs, max_loras=1, max_num_seqs=8)
 
 
 def priority() -> dict[str, Any]:
@@ -141,9 +158,9 @@ def random_workload(seed: int) -> dict[str, Any]:
 
 def named() -> list[dict[str, Any]]:
     """The golden workloads, synchronous; `with_async` adds the async copies."""
-    return [all_at_once(), kv_pressure(True), kv_pressure(False), shared_prefixes(), chunked_prefill(0),
-            chunked_prefill(200), azure_like(), lora(), priority(), aborts(), random_workload(1),
-            random_workload(2), random_workload(3)]
+    return [all_at_once(), kv_pressure(True), kv_pressure(False), shared_prefixes(), duplicate_blocks(),
+            chunked_prefill(0), chunked_prefill(200), azure_like(), lora(), lora_one_slot(), priority(), aborts(),
+            random_workload(1), random_workload(2), random_workload(3)]
 
 
 def with_async(workloads: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -39,8 +39,8 @@ def _cases() -> list[object]:
 def test_golden_traces_cover_every_workload_sync_and_async() -> None:
     names = {p.stem for p in GOLDEN_DIR.glob("*.json")}
     for base in ("all_at_once", "kv_pressure_reserve", "kv_pressure_no_reserve", "shared_prefixes_lru",
-                 "chunked_prefill_no_threshold", "chunked_prefill_threshold_200", "azure_like",
-                 "lora_max_loras_2", "priority", "aborts", "random_1"):
+                 "duplicate_blocks", "chunked_prefill_no_threshold", "chunked_prefill_threshold_200",
+                 "azure_like", "lora_max_loras_2", "lora_max_loras_1", "priority", "aborts", "random_1"):
         assert {base, base + "_async"} <= names
     for path in GOLDEN_DIR.glob("*.json"):
         doc = json.loads(path.read_text())

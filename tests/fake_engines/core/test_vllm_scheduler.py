@@ -3,6 +3,7 @@ import random
 import pytest
 
 from fake_engines.core import (
+    ConfigError,
     EngineRequest,
     FinishReason,
     RequestOutput,
@@ -311,3 +312,44 @@ def test_reset_prefix_cache_refuses_while_blocks_are_held_and_events_off_queue_n
     sched.finish_step(step)
     assert _run_all(sched) == [] and sched.take_kv_events() == []
     assert sched.reset_prefix_cache() and sched.cached_block_hashes() == []
+
+
+def test_async_scheduling_schedules_a_request_again_while_its_step_is_in_flight():
+    # vLLM's AsyncScheduler: step t+1 is scheduled before step t's token is known (a placeholder),
+    # and no step is scheduled past max_tokens
+    sched = VllmScheduler(VllmSchedulerConfig(num_gpu_blocks=20, async_scheduling=True))
+    assert sched.max_concurrent_batches == 2
+    sched.add_request(_req("r", list(range(10)), output_len=3))
+    first = sched.schedule()
+    second = sched.schedule()
+    assert first.num_scheduled_tokens == {"r": 10} and second.num_scheduled_tokens == {"r": 1}
+    assert sched.schedule() is None  # two steps in flight
+    assert [o.num_output_tokens for o in sched.finish_step(first)] == [1]
+    third = sched.schedule()
+    assert third.num_scheduled_tokens == {"r": 1}
+    assert [o.num_output_tokens for o in sched.finish_step(second)] == [2]
+    assert sched.schedule() is None  # the step in flight samples the last token
+    (last,) = sched.finish_step(third)
+    assert last.finished and last.num_output_tokens == 3
+    assert not sched.has_unfinished_requests() and sched.kv_cache_usage == 0.0
+
+
+def test_async_scheduling_with_pipeline_parallelism_is_refused():
+    with pytest.raises(ConfigError, match="async_scheduling"):
+        VllmSchedulerConfig(num_gpu_blocks=20, async_scheduling=True, max_concurrent_batches=2)
+
+
+def test_priority_policy_admits_the_smallest_priority_first_and_preempts_the_largest():
+    config = VllmSchedulerConfig(num_gpu_blocks=8, block_size=4, max_num_seqs=2, scheduling_policy="priority")
+    sched = VllmScheduler(config)
+    sched.add_request(EngineRequest("low", list(range(12)), 8, 8, arrival_s=1.0, priority=5))
+    sched.add_request(EngineRequest("high", list(range(100, 112)), 8, 8, arrival_s=2.0, priority=0))
+    step = sched.schedule()
+    assert list(step.num_scheduled_tokens) == ["high", "low"]
+    sched.finish_step(step)
+    preempted = []
+    while not preempted:
+        step = sched.schedule()
+        preempted = list(step.preempted_request_ids)
+        sched.finish_step(step)
+    assert preempted == ["low"]
