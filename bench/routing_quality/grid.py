@@ -55,7 +55,9 @@ class Workload:
         return sum(1 for _ in self.requests(max_requests))
 
 
-AGENTS = "agents:sessions=64,turns=16,system=2000,output=200,think=30,stagger=0.2"
+AGENTS = "agents:sessions=60,turns=16,system=2000,output=200,think=30,stagger=0.2"
+"""60 sessions, not a multiple of the 8 replicas: with 64, round-robin would send every turn of a
+session to one replica (turn t of session s is request 64t + s) and look like session affinity."""
 
 WORKLOADS = (
     Workload("mooncake-conversation", "mooncake_conversation_trace.first30min.jsonl",
@@ -67,7 +69,7 @@ WORKLOADS = (
     Workload("azure-conversation", "AzureLLMInferenceTrace_conv.before1845.csv",
              "Azure LLM inference 2023, conversation, 29 min (9,754 requests)"),
     Workload("agents", AGENTS,
-             "64 agent sessions x 16 turns over a shared 2,000-token system prompt (1,024 requests, 7.6 min)"),
+             "60 agent sessions x 16 turns over a shared 2,000-token system prompt (960 requests, 7.7 min)"),
 )
 
 
