@@ -152,6 +152,7 @@ class CoreReplica:
         self.jobs: dict[str, SimJob] = {}
         self.in_flight_steps = 0
         self.next_launch_s = 0.0  # with pipeline parallelism, when stage 0 is free again
+        self.last_end_s = 0.0  # under async scheduling, when the GPU is free again
         self.launch_pending = False
         self.queue = queue
         self.decode_run_time = decode_run_time
@@ -193,6 +194,12 @@ class CoreReplica:
         # a step lasts whole nanoseconds, so a chain of steps is an exact sum (see sim.grid)
         duration_s = instant(self.step_time(step.batch))
         self.in_flight_steps += 1
+        if self.core.async_scheduling:
+            # vLLM's engine core schedules the next step while this one runs, and the GPU runs
+            # it when this one ends (a batch queue of two, not overlapping pipeline stages)
+            end_s = self.last_end_s = instant(max(now_s, self.last_end_s) + duration_s)
+            events.append(Event(end_s, Phase.COMPLETION, lambda t: self._finish(step, t)))
+            return events + self._launch(now_s)
         self.next_launch_s = instant(now_s + instant(duration_s / self.core.max_concurrent_batches))
         events.append(Event(now_s + duration_s, Phase.COMPLETION, lambda t: self._finish(step, t)))
         if self.core.max_concurrent_batches > 1:

@@ -121,7 +121,8 @@ def _flag_words(flag: str, name: str, value: Any) -> list[str]:
     if isinstance(value, bool):  # store_true flags, their --no- forms, and llama-server's --no-X
         if name in ("warmup", "slots"):
             return [] if value else [f"--no-{name}"]
-        return [flag] if value else ([f"--no-{flag[2:]}"] if name == "enable_prefix_caching" else [])
+        return [flag] if value else ([f"--no-{flag[2:]}"] if name in ("enable_prefix_caching", "async_scheduling")
+                                     else [])
     if value is None:
         return []
     if name == "model_shape":

@@ -162,6 +162,10 @@ class VllmServeConfig:
     """KV block size in tokens; None means vLLM's default of 16."""
     enable_prefix_caching: bool = True
     """Hash-chained prefix caching over full blocks."""
+    async_scheduling: bool | None = None
+    """--async-scheduling / --no-async-scheduling: vLLM's AsyncScheduler, the next step scheduled
+    while this one runs. None is the look-alike's default, off (vLLM's on a GPU is on; why the
+    look-alike differs: docs/fidelity.md, "Scheduler")."""
     prefix_caching_hash_algo: str = "sha256"
     """Block hash: sha256 (vLLM's default) or builtin (Python's tuple hash, vLLM's earlier default)."""
     num_gpu_blocks_override: int | None = None
@@ -222,6 +226,8 @@ class VllmServeConfig:
         for name in ("time_scale", "load_gbps", "mean_output_tokens"):
             if not getattr(self, name) > 0:
                 raise ServeConfigError(f"--{name.replace('_', '-')} must be > 0, got {getattr(self, name)}")
+        if self.async_scheduling and self.pipeline_parallel_size > 1:
+            raise ServeConfigError("--async-scheduling with -pp > 1 is not modelled by the look-alike")
         if self.kv_cache_dtype not in KV_CACHE_DTYPE_BYTES:
             raise ServeConfigError(f"--kv-cache-dtype must be one of {', '.join(KV_CACHE_DTYPE_BYTES)}, "
                                    f"got {self.kv_cache_dtype!r}")
@@ -335,6 +341,9 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser,
     serve.add_argument("--block-size", type=int, default=None)
     serve.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     serve.add_argument("--prefix-caching-hash-algo", choices=tuple(HASH_ALGOS), default="sha256")
+    serve.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
+                       help="schedule the next step while this one runs (vLLM's AsyncScheduler); "
+                            "the look-alike's default is off")
     serve.add_argument("--num-gpu-blocks-override", type=int, default=None)
     serve.add_argument("--enable-lora", action="store_true")
     serve.add_argument("--max-loras", type=int, default=1)
@@ -410,7 +419,7 @@ def config_from_args(args: argparse.Namespace) -> VllmServeConfig:
         enable_expert_parallel=args.enable_expert_parallel, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
         gpu_memory_utilization=args.gpu_memory_utilization, block_size=args.block_size,
-        enable_prefix_caching=args.enable_prefix_caching,
+        enable_prefix_caching=args.enable_prefix_caching, async_scheduling=args.async_scheduling,
         prefix_caching_hash_algo=args.prefix_caching_hash_algo, num_gpu_blocks_override=args.num_gpu_blocks_override,
         enable_lora=args.enable_lora, max_loras=args.max_loras, max_lora_rank=args.max_lora_rank,
         lora_modules=parse_lora_modules(args.lora_modules),

@@ -211,7 +211,8 @@ def build_scheduler(config: VllmServeConfig, spec: VllmEngineSpec) -> VllmSchedu
         max_num_seqs=spec.max_num_seqs, max_num_batched_tokens=spec.max_num_batched_tokens,
         block_size=config.resolved_block_size, enable_prefix_caching=config.enable_prefix_caching,
         prefix_caching_hash_algo=config.prefix_caching_hash_algo, max_loras=config.max_loras,
-        max_concurrent_batches=config.pipeline_parallel_size, seed=config.seed,
+        max_concurrent_batches=config.pipeline_parallel_size, async_scheduling=bool(config.async_scheduling),
+        seed=config.seed,
         enable_kv_cache_events=config.kv_events_config is not None and config.kv_events_config.enable_kv_cache_events))
 
 

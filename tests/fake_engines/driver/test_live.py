@@ -94,3 +94,20 @@ async def test_pipeline_parallel_core_keeps_two_steps_in_flight_and_finishes():
     assert all(len(h.request.output_token_ids) == 4 for h in handles)
     starts = sorted(r.started_s for r in recorder.steps)
     assert min(b - a for a, b in zip(starts, starts[1:], strict=False)) == pytest.approx(STEP_S / 2)
+
+
+async def test_async_scheduling_runs_steps_back_to_back_scheduling_each_before_the_last_ends():
+    # vLLM's engine core under async scheduling: step t+1 is scheduled while step t runs and the
+    # GPU runs it when step t ends; a lone request gets its tokens exactly when it would in sync
+    core = VllmScheduler(VllmSchedulerConfig(num_gpu_blocks=64, max_model_len=512, async_scheduling=True))
+    recorder = Recorder()
+    driver = LiveDriver(core, lambda batch: STEP_S, time_scale=0.05, observer=recorder)
+    driver.start()
+    handle = driver.submit(_request("a", 5))
+    outputs = [out async for out in handle.outputs()]
+    await driver.stop()
+    assert [o.num_output_tokens for o in outputs] == [1, 2, 3, 4, 5] and outputs[-1].finished
+    assert handle.times.first_token_s - handle.times.arrival_s == pytest.approx(STEP_S)
+    assert handle.times.finished_s - handle.times.first_token_s == pytest.approx(4 * STEP_S)
+    spans = sorted((r.started_s, r.finished_s) for r in recorder.steps)
+    assert all(b[0] == pytest.approx(a[1]) for a, b in zip(spans, spans[1:], strict=False))

@@ -143,3 +143,14 @@ def test_unknown_hugging_face_id_says_which_are_known_and_how_to_add_one():
     err = _fails("serve", "meta-llama/Llama-3.1-9B-Instruct", "--port", "0")
     assert err.startswith("ERROR: model 'meta-llama/Llama-3.1-9B-Instruct' is not in the catalogue")
     assert "llama-3.1-8b" in err and "--catalogue FILE" in err
+
+
+def test_async_scheduling_flags_as_vllm_spells_them_reach_the_scheduler():
+    from fake_engines.vllm.engine import build_scheduler, size_engine
+
+    for argv, expected in (((), False), (("--async-scheduling",), True), (("--no-async-scheduling",), False)):
+        config = _config("llama-3.1-8b", *argv)
+        core = build_scheduler(config, size_engine(config))
+        assert core.async_scheduling is expected
+        assert core.max_concurrent_batches == (2 if expected else 1)
+    assert "-pp > 1 is not modelled" in _fails("serve", "llama-3.1-8b", "--async-scheduling", "-pp", "2")
