@@ -7,7 +7,7 @@ import hashlib
 import shlex
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,6 @@ def command_line(argv: Sequence[str] | None = None) -> str:
 def run_meta(trace: str | Path | None, argv: Sequence[str] | None = None) -> dict[str, Any]:
     """`started_at` (ISO 8601, UTC), `flotilla_version`, `command` and `trace_sha256` (None
     for a synthetic workload: its spec and seed are in meta already)."""
-    return {"started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    return {"started_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "flotilla_version": flotilla_version(), "command": command_line(argv),
             "trace_sha256": file_sha256(trace) if trace else None}

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from loadgen.export import (output_format, summary_path, vllm_bench_result, write_csv, write_result)
+from loadgen.export import output_format, summary_path, vllm_bench_result, write_csv, write_result
 from loadgen.results import RequestRecord, RunResult
 from loadgen.stats import parse_percentiles, parse_slo, summarize
 from tests.conftest import REPO
