@@ -18,6 +18,7 @@ from fake_engines.factory import build_engine
 from fake_engines.vllm import engine
 from fake_engines.vllm.config import VLLM_VERSION, VllmServeConfig
 from fake_engines.vllm.errors import VllmError, parse_json_body, validation_error
+from fake_engines.vllm.http_metrics import http_metrics_middleware
 from fake_engines.vllm.kv_publisher import ZmqKvEventPublisher
 from fake_engines.vllm.metrics import METRICS_CONTENT_TYPE, VllmMetrics
 from fake_engines.vllm.shapes import model_card
@@ -145,7 +146,8 @@ def create_app(config: VllmServeConfig, allow_runtime_lora: bool | None = None) 
     if allow_runtime_lora is None:
         allow_runtime_lora = os.environ.get(RUNTIME_LORA_ENV, "").lower() in ("1", "true")
     server = build_server(config)
-    app = web.Application(middlewares=[fastapi_errors, api_key_guard], client_max_size=64 * 2**20)
+    app = web.Application(middlewares=[http_metrics_middleware(server.metrics.http), fastapi_errors, api_key_guard],
+                          client_max_size=64 * 2**20)
     app[SERVER_KEY] = server
     app.router.add_get("/health", health, allow_head=False)
     app.router.add_route("*", "/ping", ping)

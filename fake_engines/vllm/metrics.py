@@ -21,6 +21,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from fake_engines.vllm.http_metrics import HttpMetrics
+
 ENGINE_LABELS = ("model_name", "engine")
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
@@ -134,6 +136,7 @@ class VllmMetrics:
         self._build_request_families(max_model_len)
         self._build_info_families(cache_config)
         self._precreate_series()
+        self.http = HttpMetrics(self.registry)  # the instrumentator's families come last in vLLM's scrape
 
     def _counter(self, name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
         return Counter(name, doc, [*ENGINE_LABELS, *extra], registry=self.registry)

@@ -33,6 +33,7 @@ class VllmTelemetry:
         self.engine = engine
         self.params: dict[str, RequestParams] = {}
         self._last = core.stats()
+        self._lora_order: dict[str, None] = {}
 
     def on_step(self, report: StepReport) -> None:
         """Counters by delta of the core's totals; latencies from the driver's timestamps."""
@@ -79,7 +80,16 @@ class VllmTelemetry:
             num_running=stats.num_running, num_waiting=stats.num_waiting, kv_cache_usage=stats.kv_cache_usage)
 
     def _record_lora(self, stats: SchedulerStats) -> None:
-        self.metrics.record_lora(list(stats.running_lora_adapters), list(stats.waiting_lora_adapters), time.time())
+        # vLLM's LoRARequestStates: one entry per adapter with a waiting or running request, in the
+        # order adapters got one, and both labels list every entry (so an adapter that runs is
+        # listed as waiting too, as the real gauge shows)
+        live = {*stats.running_lora_adapters, *stats.waiting_lora_adapters}
+        for name in [name for name in self._lora_order if name not in live]:
+            del self._lora_order[name]
+        for name in sorted(live - self._lora_order.keys()):
+            self._lora_order[name] = None
+        adapters = list(self._lora_order)
+        self.metrics.record_lora(adapters, adapters, time.time())
 
     def _finish(self, handle: RequestHandle, reason: FinishReason | None) -> None:
         request, times = handle.request, handle.times

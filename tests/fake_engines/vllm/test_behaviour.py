@@ -144,6 +144,30 @@ async def test_mixed_lora_traffic_shares_steps_up_to_max_loras(served, tmp_path)
     assert value(text, "vllm:request_success_total", model_name="m") == 4
 
 
+async def test_lora_info_lists_a_running_adapter_as_waiting_too_with_series_in_the_captured_order(served, tmp_path):
+    """vLLM 0.32 lists every adapter with a live request in both labels (capture lora/018 and 019:
+    running_lora_adapters="lora-a",waiting_lora_adapters="lora-a" while lora-a runs), and keeps
+    old series in the order they were first set."""
+    base = await served(_config(enable_lora=True, max_loras=2, time_scale=0.5,
+                                lora_modules={"lora-a": str(tmp_path), "lora-b": str(tmp_path)}))
+
+    def lora_series(text: str) -> list[tuple[str, str]]:
+        return [(lab["running_lora_adapters"], lab["waiting_lora_adapters"]) for n, lab, _ in samples(text)
+                if n == "vllm:lora_requests_info"]
+
+    async with aiohttp.ClientSession() as session:
+        task = asyncio.create_task(_complete(session, base, "hi " * 8, 200, model="lora-a"))
+        seen = False
+        while not task.done():
+            seen = seen or ("lora-a", "lora-a") in lora_series(await _metrics(session, base))
+            await asyncio.sleep(0.01)  # sampling interval while the request runs, not a wait
+        await task
+        await _complete(session, base, "hi " * 8, 20, model="lora-b")
+        series = lora_series(await _metrics(session, base))
+    assert seen
+    assert series == [("lora-a", "lora-a"), ("", ""), ("lora-b", "lora-b")]
+
+
 async def test_runtime_lora_load_and_unload_answer_in_vllm_words(tmp_path, monkeypatch, served):
     monkeypatch.setenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True")
     base = await served(_config(enable_lora=True, time_scale=0.01))
