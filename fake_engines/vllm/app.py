@@ -174,6 +174,10 @@ def create_app(config: VllmServeConfig, allow_runtime_lora: bool | None = None) 
 
 async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
     response.headers["server"] = "uvicorn"
+    # Starlette's JSONResponse names no charset; vLLM's CORS middleware varies every answer on Origin
+    if response.headers.get("Content-Type", "").startswith("application/json"):
+        response.headers["Content-Type"] = "application/json"
+    response.headers["vary"] = "Origin"
     response.headers[TIME_SCALE_HEADER] = repr(request.app[SERVER_KEY].config.time_scale)
 
 

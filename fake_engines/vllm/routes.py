@@ -305,6 +305,9 @@ async def _events(server: VllmServer, req: GenerationRequest,
                 server, req, by_index[delta.index], list(delta.token_ids),
                 delta.num_output_tokens - len(delta.token_ids), echo=first, text_offset=offsets.get(delta.index, 0))
             offsets[delta.index] = offsets.get(delta.index, 0) + len(text)
+            if delta.finish_reason is not None and not req.include_usage:
+                # vLLM stamps its fingerprint on a terminal chunk when no usage chunk follows
+                event["system_fingerprint"] = shapes.SYSTEM_FINGERPRINT
             if req.continuous_usage:  # usage as of this chunk, even if later steps already ran
                 so_far = shapes.Usage(_usage(server, req, choices, cached).prompt_tokens, sum(generated.values()),
                                       cached if server.config.enable_prompt_tokens_details else None)

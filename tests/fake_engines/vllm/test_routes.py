@@ -188,3 +188,50 @@ def test_stop_string_cuts_the_text_finishes_with_stop_and_counts_a_stop_success(
     stops = [value(t, "vllm:request_success_total", finished_reason="stop") for t in (before, after)]
     assert stops[1] - stops[0] == 1
     assert value(after, "vllm:num_requests_running") == 0
+
+
+def _sse_events(text: str) -> list[dict]:
+    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+
+
+@pytest.mark.parametrize(("name", "path"), [("019_chat_stream_no_stream_options", "/v1/chat/completions"),
+                                            ("016_completions_stream_no_stream_options", "/v1/completions"),
+                                            ("018_chat_stream_include_usage", "/v1/chat/completions")])
+def test_stream_events_carry_the_fingerprint_where_vllm_puts_it(engine, name, path):
+    """On the finish event when no usage event follows, else on the usage event only."""
+    request = json.loads((CAPTURES / f"{name}.req.json").read_text())
+    expected = _sse_events((CAPTURES / f"{name}.http").read_text(encoding="utf-8", errors="replace"))
+    req = urllib.request.Request(engine.base_url + path, data=json.dumps({**request, "ignore_eos": True}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        events = _sse_events(resp.read().decode())
+
+    def keys(event: dict) -> list[str]:
+        return list(event) + [f"choices.{k}" for c in event["choices"] for k in c]
+
+    assert [keys(e) for e in events[-2:]] == [keys(e) for e in expected[-2:]]
+    # only the last event before [DONE] carries it: the finish event, or the usage event when asked for
+    assert [i for i, e in enumerate(events) if "system_fingerprint" in e] == [len(events) - 1]
+    assert [i for i, e in enumerate(expected) if "system_fingerprint" in e] == [len(expected) - 1]
+
+
+@pytest.mark.parametrize(("name", "method", "path"), [
+    ("004_v1_models", "GET", "/v1/models"), ("014_completions_nonstream", "POST", "/v1/completions"),
+    ("012_unknown_path_404", "GET", "/v1/does-not-exist"), ("002_health", "GET", "/health"),
+    ("018_chat_stream_include_usage", "POST", "/v1/chat/completions")])
+def test_headers_are_the_captured_ones(engine, name, method, path):
+    """server, content-type (plain application/json), vary: Origin; values aside from lengths and dates."""
+    raw = (CAPTURES / f"{name}.http").read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
+    head = raw.split("\n\n", 1)[0].splitlines()[1:]
+    expected = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in head)}
+    body = (CAPTURES / f"{name}.req.json").read_bytes() if method == "POST" else None
+    req = urllib.request.Request(engine.base_url + path, data=body, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            resp.read()
+            headers = {k.lower(): v for k, v in resp.headers.items()}
+    except urllib.error.HTTPError as err:
+        headers = {k.lower(): v for k, v in err.headers.items()}
+    for key in ("server", "content-type", "vary"):
+        assert headers.get(key) == expected.get(key), key
