@@ -117,6 +117,12 @@ async def _server_headers(request: web.Request, response: web.StreamResponse) ->
     response.headers["Server"] = "llama.cpp"
     response.headers["Access-Control-Allow-Origin"] = ""
     response.headers[TIME_SCALE_HEADER] = repr(request.app[SERVER_KEY].config.time_scale)
+    # cpp-httplib closes the connection after an error status and announces keep-alive otherwise
+    if response.status >= 400:
+        response.force_close()
+        response.headers["Connection"] = "close"
+    else:
+        response.headers["Keep-Alive"] = "timeout=5, max=100"
 
 
 @web.middleware

@@ -4,6 +4,7 @@ prompt reuse, LoRA turn-taking, disconnects and the loading phase."""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -377,3 +378,26 @@ def test_streamed_n_and_prompt_lists_send_every_choice_and_its_logprobs(engine):
                 e["token"] for e in choice["logprobs"]["content"])
     assert sorted(texts) == [0, 1, 2, 3] and tokens == texts
     assert sum(e["choices"][0]["finish_reason"] == "length" for e in events) == 4
+
+
+@pytest.mark.parametrize(("name", "method", "path"), [
+    ("002_health", "GET", "/health"), ("004_v1_models", "GET", "/v1/models"),
+    ("021_chat_stream_include_usage", "POST", "/v1/chat/completions"),
+    ("047_err_missing_messages_chat", "POST", "/v1/chat/completions"), ("061_err_empty_body", "POST",
+                                                                        "/v1/chat/completions")])
+def test_connection_headers_are_the_captured_ones(engine, name, method, path):
+    """Keep-Alive on answers below 400, Connection: close on errors, as cpp-httplib sends them."""
+    raw = (CAPTURES / f"{name}.http").read_text(encoding="utf-8", errors="replace").replace("\r\n", "\n")
+    expected = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in raw.split("\n\n", 1)[0].splitlines()[1:])}
+    body = (CAPTURES / f"{name}.req.json").read_bytes() if method == "POST" else None
+    host, port = engine.base_url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)  # keep-alive, as curl (urllib asks to close)
+    try:
+        conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        resp.read()
+        headers = {k.lower(): v for k, v in resp.getheaders()}
+    finally:
+        conn.close()
+    for key in ("server", "content-type", "keep-alive", "connection", "access-control-allow-origin"):
+        assert headers.get(key) == expected.get(key), key
