@@ -156,14 +156,28 @@ def offloaded_bytes(config: VllmServeConfig, model: ModelSpec, layout: Layout) -
     return min(config.cpu_offload_gb * GIB, weights)
 
 
-def lora_reserve_bytes(config: VllmServeConfig, model: ModelSpec, layout: Layout) -> float:
-    """GPU memory vLLM sets aside for --max-loras adapters at --max-lora-rank (0 without --enable-lora)."""
+def _lora_shape(config: VllmServeConfig, model: ModelSpec, layers: int) -> lora.LoraShape | None:
+    """The adapted projections (all seven of a Llama layer) over `layers`; None without --enable-lora
+    or for a shape too sparse to adapt."""
     if not config.enable_lora or not (model.hidden and model.heads and model.intermediate):
-        return 0.0
+        return None
     modules = lora.llama_modules(model.hidden, model.intermediate, model.heads, model.kv_heads, model.head_dim,
                                  experts=model.experts)
-    shape = lora.LoraShape(modules, max(1, model.layers // layout.pp))
+    return lora.LoraShape(modules, max(1, layers))
+
+
+def lora_reserve_bytes(config: VllmServeConfig, model: ModelSpec, layout: Layout) -> float:
+    """GPU memory vLLM sets aside for --max-loras adapters at --max-lora-rank (0 without --enable-lora)."""
+    shape = _lora_shape(config, model, model.layers // layout.pp)
+    if shape is None:
+        return 0.0
     return lora.vllm_adapter_buffer_bytes_per_gpu(shape, config.max_loras, config.max_lora_rank, layout.tp)
+
+
+def lora_step_cost(config: VllmServeConfig, model: ModelSpec, layout: Layout) -> lora.LoraStepCost | None:
+    """What adapters add to a step that uses them (all layers; the pipeline split comes later)."""
+    shape = _lora_shape(config, model, model.layers)
+    return None if shape is None else lora.LoraStepCost(shape, config.max_lora_rank, layout.tp)
 
 
 def _capacity_blocks(config: VllmServeConfig, model: ModelSpec, gpu: GpuSpec, layout: Layout,
@@ -222,10 +236,11 @@ def step_time_fn(config: VllmServeConfig, spec: VllmEngineSpec) -> Callable[[Ste
     dtype_bytes = dtype_bytes_of(config)
     kv_bytes = kv_dtype_bytes_of(config)
     offload_s = offload_step_s(config, spec)
+    adapters = lora_step_cost(config, spec.model, spec.layout)
 
     def seconds(batch: StepBatch) -> float:
         return step_time.step_time_s(spec.model, spec.gpu, batch, spec.layout, link, dtype_bytes,
-                                     kv_dtype_bytes=kv_bytes) + offload_s
+                                     kv_dtype_bytes=kv_bytes, lora=adapters) + offload_s
 
     return seconds
 
@@ -247,7 +262,8 @@ def decode_run_time_fn(config: VllmServeConfig,
     """Step times of a run of identical decode steps, vectorised (fake_engines.perf.step_time)."""
     link = catalogue_of(config.catalogue).link(spec.layout.link)
     run = functools.partial(step_time.decode_run_array_s, spec.model, spec.gpu, layout=spec.layout, link=link,
-                            dtype_bytes=dtype_bytes_of(config), kv_dtype_bytes=kv_dtype_bytes_of(config))
+                            dtype_bytes=dtype_bytes_of(config), kv_dtype_bytes=kv_dtype_bytes_of(config),
+                            lora=lora_step_cost(config, spec.model, spec.layout))
     offload_s = offload_step_s(config, spec)
     if not offload_s:
         return run

@@ -112,6 +112,39 @@ def vllm_adapter_buffer_bytes_per_gpu(shape: LoraShape, max_loras: int, max_lora
     return max_loras * max_lora_rank * per_layer * shape.layers * dtype_bytes
 
 
+@dataclass(frozen=True)
+class LoraStepCost:
+    """What adapters add to a step that uses them, on one GPU (vLLM's punica-style LoRA kernels).
+
+    Each adapted linear layer runs a shrink (x A^T, r x in) and an expand (B^T, out x r) next to
+    the base matmul: 2 r (in + out) FLOPs per token, and each distinct adapter of the step has its
+    A and B read once. vLLM keeps adapters in buffers of `--max-lora-rank` and its kernels run at
+    that rank, so `rank` is the flag, not the adapter's own. The FLOPs are counted for every token
+    of a step with an adapter (an upper bound: the kernels skip tokens of the base model)."""
+
+    shape: LoraShape
+    """The adapted modules and layers."""
+    rank: int
+    """Rank the kernels run at (vLLM's --max-lora-rank)."""
+    tp: int = 1
+    """Tensor-parallel GPUs sharing each layer (the sharded side of A or B)."""
+    dtype_bytes: int = BF16_BYTES
+    """Bytes per adapter weight."""
+
+    @property
+    def params_per_gpu(self) -> float:
+        """Adapter parameters of one adapter one GPU holds, all layers."""
+        return self.rank * sum(m.params_per_rank_per_gpu(self.tp) for m in self.shape.modules) * self.shape.layers
+
+    def weight_bytes(self, adapters: int) -> float:
+        """Adapter weight bytes one GPU reads in a step using `adapters` distinct adapters."""
+        return adapters * self.params_per_gpu * self.dtype_bytes
+
+    def flops(self, tokens: int) -> float:
+        """Adapter FLOPs one GPU does for `tokens` tokens."""
+        return 2.0 * tokens * self.params_per_gpu
+
+
 def _check_slots(max_loras: int, max_lora_rank: int) -> None:
     if max_loras < 1 or max_lora_rank < 1:
         raise ValueError(f"max_loras and max_lora_rank must be >= 1, got {max_loras}, {max_lora_rank}")

@@ -20,6 +20,7 @@ import numpy as np
 from fake_engines.perf.allreduce import pass_traffic
 from fake_engines.perf.batch import Layout, StepBatch
 from fake_engines.perf.catalogue import GpuSpec, LinkSpec, ModelSpec, load_catalogue
+from fake_engines.perf.lora import LoraStepCost
 
 ONE_GPU = Layout()
 """The default layout: one GPU, no parallelism."""
@@ -137,7 +138,8 @@ def _kv_share(model: ModelSpec, tp: int) -> float:
 
 
 def device_work(model: ModelSpec, batch: StepBatch, layout: Layout, dtype_bytes: int = 2,
-                expert_imbalance: float = 1.0, kv_dtype_bytes: float | None = None) -> DeviceWork:
+                expert_imbalance: float = 1.0, kv_dtype_bytes: float | None = None,
+                lora: LoraStepCost | None = None) -> DeviceWork:
     """Reads and arithmetic of one GPU over all layers (before the pipeline split); the KV cache
     holds `kv_dtype_bytes` per element (vLLM --kv-cache-dtype, llama.cpp -ctk/-ctv), else `dtype_bytes`."""
     tp = layout.tp
@@ -152,6 +154,9 @@ def device_work(model: ModelSpec, batch: StepBatch, layout: Layout, dtype_bytes:
     flops += 4.0 * model.layers * model.heads * model.head_dim * attended / tp
     kv_tokens = batch.decode_context_tokens + batch.prefill_tokens
     kv_bytes = model.kv_bytes_per_token(kv_dtype_bytes or dtype_bytes) * kv_tokens * _kv_share(model, tp)
+    if lora is not None and batch.lora_adapters:  # the adapters' shrink and expand beside each matmul
+        weight_bytes += lora.weight_bytes(batch.lora_adapters)
+        flops += lora.flops(batch.tokens)
     return DeviceWork(weight_bytes=weight_bytes, kv_bytes=kv_bytes, flops=flops, layers=model.layers)
 
 
@@ -191,12 +196,13 @@ def _stage_compute_s(work: DeviceWork, gpu: GpuSpec, cpu: GpuSpec, gpu_layer_fra
 
 def step_breakdown(model: ModelSpec, gpu: GpuSpec, batch: StepBatch, layout: Layout = ONE_GPU,
                    link: LinkSpec | None = None, dtype_bytes: int = 2, expert_imbalance: float = 1.0,
-                   cpu: GpuSpec | None = None, kv_dtype_bytes: float | None = None) -> StepTime:
+                   cpu: GpuSpec | None = None, kv_dtype_bytes: float | None = None,
+                   lora: LoraStepCost | None = None) -> StepTime:
     """Every term of one step's time; ``step_time_s`` is its ``pass_s``."""
     _check(batch, layout)
     link = link or _builtin_catalogue().link(layout.link)
     cpu = cpu or _builtin_catalogue().gpu("cpu")
-    work = device_work(model, batch, layout, dtype_bytes, expert_imbalance, kv_dtype_bytes).scaled(1.0 / layout.pp)
+    work = device_work(model, batch, layout, dtype_bytes, expert_imbalance, kv_dtype_bytes, lora).scaled(1.0 / layout.pp)
     # steps with prompt tokens run eagerly; decode-only steps replay a captured graph (unless --enforce-eager)
     compute = _stage_compute_s(work, gpu, cpu, layout.gpu_layer_fraction,
                                eager=layout.eager or batch.prefill_tokens > 0)
@@ -223,10 +229,10 @@ def _check(batch: StepBatch, layout: Layout) -> None:
 
 def step_time_s(model: ModelSpec, gpu: GpuSpec, batch: StepBatch, layout: Layout = ONE_GPU,
                 link: LinkSpec | None = None, dtype_bytes: int = 2, expert_imbalance: float = 1.0,
-                kv_dtype_bytes: float | None = None) -> float:
+                kv_dtype_bytes: float | None = None, lora: LoraStepCost | None = None) -> float:
     """Seconds for one batch to pass through the whole model (every pipeline stage in turn)."""
     return step_breakdown(model, gpu, batch, layout, link, dtype_bytes, expert_imbalance,
-                          kv_dtype_bytes=kv_dtype_bytes).pass_s
+                          kv_dtype_bytes=kv_dtype_bytes, lora=lora).pass_s
 
 
 def pipeline_step_interval_s(model: ModelSpec, gpu: GpuSpec, batch: StepBatch, layout: Layout = ONE_GPU,
@@ -264,12 +270,13 @@ def decode_run_s(model: ModelSpec, gpu: GpuSpec, first: StepBatch, context_step:
 
 def decode_run_array_s(model: ModelSpec, gpu: GpuSpec, first: StepBatch, context_step: int, num_steps: int,
                        layout: Layout = ONE_GPU, link: LinkSpec | None = None, dtype_bytes: int = 2,
-                       expert_imbalance: float = 1.0, kv_dtype_bytes: float | None = None) -> np.ndarray:
+                       expert_imbalance: float = 1.0, kv_dtype_bytes: float | None = None,
+                       lora: LoraStepCost | None = None) -> np.ndarray:
     """`decode_run_s` as a float64 array, for callers that go on computing with numpy."""
-    if first.prefill_tokens or not _plain(model, layout):
+    if first.prefill_tokens or not _plain(model, layout) or (lora is not None and first.lora_adapters):
         return np.array([step_time_s(model, gpu, replace(first, decode_context_tokens=first.decode_context_tokens
                                                           + i * context_step), layout, link, dtype_bytes,
-                                     expert_imbalance, kv_dtype_bytes)
+                                     expert_imbalance, kv_dtype_bytes, lora)
                          for i in range(num_steps)], dtype=np.float64)
     _check(first, layout)
     start = first.decode_context_tokens

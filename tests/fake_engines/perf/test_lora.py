@@ -78,3 +78,37 @@ def test_tensor_parallel_gpus_each_hold_the_sharded_side_of_every_buffer() -> No
     assert vllm_adapter_buffer_bytes_per_gpu(shape, 4, 64, tp=2) == 4 * 64 * per_layer * 32 * 2
     with pytest.raises(ValueError, match="tp"):
         vllm_adapter_buffer_bytes_per_gpu(shape, 4, 64, tp=0)
+
+
+def test_step_cost_of_a_rank_16_llama_8b_adapter_by_hand():
+    """Example 15's shape: 81,920 adapter parameters per rank per layer, 32 layers."""
+    from fake_engines.perf.lora import LoraShape, LoraStepCost, llama_modules
+
+    shape = LoraShape(llama_modules(4096, 14336, 32, 8, 128), 32)
+    cost = LoraStepCost(shape, rank=16)
+    assert cost.params_per_gpu == 16 * 81920 * 32 == 41_943_040  # the example's rank-16 count
+    assert cost.weight_bytes(1) == 83_886_080 and cost.weight_bytes(3) == 3 * 83_886_080
+    assert cost.flops(8) == 2 * 8 * 41_943_040  # shrink 2 r in + expand 2 r out per token and module
+    # tp 2: q, k, v, gate, up shard B's outputs, o and down A's inputs; per rank per layer per GPU
+    by_hand = (4096 + 2048) + 2 * (4096 + 512) + (2048 + 4096) + 2 * (4096 + 7168) + (7168 + 4096)
+    assert by_hand == 55_296 and LoraStepCost(shape, 16, tp=2).params_per_gpu == 16 * 55_296 * 32
+
+
+def test_a_steps_adapter_cost_grows_with_its_distinct_adapters():
+    from fake_engines.perf.batch import Layout, StepBatch
+    from fake_engines.perf.catalogue import load_catalogue
+    from fake_engines.perf.lora import LoraShape, LoraStepCost, llama_modules
+    from fake_engines.perf.step_time import device_work, step_time_s
+
+    model, gpu = load_catalogue().model("llama-3.1-8b"), load_catalogue().gpu("h100")
+    cost = LoraStepCost(LoraShape(llama_modules(4096, 14336, 32, 8, 128), 32), rank=16)
+    batch = StepBatch(decode_seqs=8, decode_context_tokens=8000)
+    base = device_work(model, batch, Layout())
+    for adapters in (1, 2, 4):
+        work = device_work(model, StepBatch(decode_seqs=8, decode_context_tokens=8000, lora_adapters=adapters), Layout(), lora=cost)
+        assert work.weight_bytes - base.weight_bytes == adapters * 83_886_080
+        assert work.flops - base.flops == 2 * 8 * 41_943_040
+    times = [step_time_s(model, gpu, StepBatch(decode_seqs=8, decode_context_tokens=8000, lora_adapters=k), lora=cost) for k in (0, 1, 2, 4)]
+    assert times[0] == step_time_s(model, gpu, batch) and times == sorted(times) and len(set(times)) == 4
+    # memory-bound: each adapter adds about its bytes at the achieved bandwidth
+    assert times[2] - times[0] == pytest.approx(2 * (times[1] - times[0]), rel=0.05)

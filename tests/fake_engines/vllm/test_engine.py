@@ -98,3 +98,27 @@ def test_lora_buffers_take_kv_blocks_as_max_loras_and_rank_grow():
     block_bytes = 16 * 2 * 32 * 8 * 128 * 2  # tokens x (K, V) x layers x kv heads x head dim x bf16
     reserve = lora_reserve_bytes(big_config, big.model, big.layout)
     assert plain - big.num_gpu_blocks == pytest.approx(reserve / block_bytes, abs=1)
+
+
+def test_enable_lora_adds_the_adapters_reads_and_flops_to_the_steps_that_use_them():
+    """llama-3.1-8b at --max-lora-rank 16: one adapter is 83,886,080 bytes read and
+    2 x 41,943,040 FLOPs per token (seed Example 15's rank-16 adapter)."""
+    from fake_engines.factory import build_engine, parse_command
+    from fake_engines.perf.batch import StepBatch
+    from fake_engines.perf.catalogue import load_catalogue
+    from fake_engines.perf.step_time import ACHIEVED_BANDWIDTH_SHARE
+
+    plain = build_engine(parse_command(["fake-vllm", "serve", "llama-3.1-8b"]))
+    served = build_engine(parse_command(["fake-vllm", "serve", "llama-3.1-8b", "--enable-lora", "--max-loras", "4"]))
+    batch = StepBatch(decode_seqs=8, decode_context_tokens=8000)
+    with_adapters = [StepBatch(decode_seqs=8, decode_context_tokens=8000, lora_adapters=k) for k in (1, 2, 4)]
+    assert served.step_time(batch) == plain.step_time(batch)  # a step without adapters pays nothing
+    assert all(plain.step_time(b) == plain.step_time(batch) for b in with_adapters)
+    extra = [served.step_time(b) - served.step_time(batch) for b in with_adapters]
+    per_adapter_s = 83_886_080 / (load_catalogue().gpu("h100").bandwidth_bytes_s * ACHIEVED_BANDWIDTH_SHARE)
+    # the roofline's smooth max passes on most of a memory-bound step's added read time
+    assert 0.5 * per_adapter_s < extra[0] <= per_adapter_s
+    assert extra == sorted(extra) and extra[2] == pytest.approx(4 * extra[0], rel=0.05)
+    decode_run = served.decode_run_time(with_adapters[0], 1, 3)
+    assert list(decode_run) == [served.step_time(StepBatch(decode_seqs=8, decode_context_tokens=8000 + i,
+                                                           lora_adapters=1)) for i in range(3)]
