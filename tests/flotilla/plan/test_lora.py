@@ -70,3 +70,22 @@ def test_nonsense_counts_are_errors_not_tracebacks(flags: list[str], message: st
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "lora", "--model", "llama-3.1-8b", *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_gpu_adds_the_adapter_step_cost_the_lookalike_vllm_pays(capsys: pytest.CaptureFixture[str]) -> None:
+    from fake_engines.factory import build_engine, parse_command
+    from fake_engines.perf.batch import StepBatch
+
+    assert main(["plan", "lora", "--model", "llama-3.1-8b", "--max-loras", "4", "--max-lora-rank", "16",
+                 "--gpu", "h100", "--batch", "32", "--context", "2048", "--json"]) == 0
+    cost = json.loads(capsys.readouterr().out)["step_cost"]
+    assert cost["adapter_bytes_per_gpu"] == 16 * 81920 * 32 * 2  # 83.9 MB: the rank-16 adapter of Example 15
+    assert cost["adapter_flops_per_gpu"] == 2 * 32 * 16 * 81920 * 32  # 2 r (in + out) per token and module
+    engine = build_engine(parse_command(["fake-vllm", "serve", "llama-3.1-8b", "--enable-lora", "--max-loras", "4"]))
+    assert cost["step_s"] == [engine.step_time(StepBatch(decode_seqs=32, decode_context_tokens=32 * 2048,
+                                                         lora_adapters=k)) for k in range(5)]
+    assert cost["step_s"] == sorted(cost["step_s"]) and len(set(cost["step_s"])) == 5
+    assert main(["plan", "lora", "--model", "llama-3.1-8b", "--max-loras", "2", "--gpu", "h100"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-4].startswith("decode step of 32 sequences x 2048 tokens on h100: ")
+    assert lines[-2].startswith("  2 distinct adapters: ") and "each adapter: 83.9 MB read per GPU" in lines[-1]
