@@ -129,10 +129,10 @@ class _Fleet:
         self.engines: list = []
         self.proxy = None
 
-    async def start(self, members: list[tuple[str, str, float]]) -> str:
+    async def start(self, members: list[tuple[str, str, float]], **engine_options: object) -> str:
         backends = []
         for index, (flavor, gpu, scale) in enumerate(members):
-            spec = FleetSpec(flavor=flavor, gpu=gpu, time_scale=scale)
+            spec = FleetSpec(flavor=flavor, gpu=gpu, time_scale=scale, engine_options=engine_options)
             start = start_vllm(vllm_config(spec, index), cold_start=False) if flavor == "vllm" else \
                 start_llama(llama_config(spec, index), cold_start=False)
             self.engines.append(await start)
@@ -263,11 +263,11 @@ async def test_compare_names_columns_by_label_then_by_saved_label(sse_server, tm
     assert rc == 2 and "--label given 1 times for 2 result files" in err
 
 
-async def test_a_sweep_runs_synchronous_then_rates_in_between_then_throughput(fleet, tmp_path):
-    # one H100 in real time (its modelled steps, not this busy machine, set the times): one
-    # request at a time is slow; all at once share its batch. Only effects far larger than this
-    # machine's noise are asserted: how much a full batch slows each request is not.
-    url = await fleet.start([("vllm", "h100", 1.0)])
+async def test_a_sweep_against_a_look_alike_engine_rises_then_saturates(fleet, tmp_path):
+    # one H100 in real time (its modelled steps, not this busy machine, set the times) running at
+    # most 4 sequences: one request at a time is slow, 4 at once share a batch, and the throughput
+    # run's 12 wait for those 4 slots. Only effects far larger than this machine's noise are asserted.
+    url = await fleet.start([("vllm", "h100", 1.0)], max_num_seqs=4)
     png = tmp_path / "sweep.png"
     rc, stdout, err = await _flotilla("--target", url, "--synthetic", "poisson:rate=10,duration=30,input=256,output=24",
                                       "--max-requests", "12", "--sweep", "2", "--plot", str(png),
@@ -281,7 +281,10 @@ async def test_a_sweep_runs_synchronous_then_rates_in_between_then_throughput(fl
     offered = [float(r[1]) for r in rows[1:3]]
     # the constant rates lie strictly between what the synchronous and the throughput runs achieved
     assert all(achieved[0] < rate < achieved[-1] for rate in offered), stdout
-    assert achieved[-1] > 2 * achieved[0], stdout  # a shared batch serves far more than one at a time
+    assert achieved[-1] > 2 * achieved[0], stdout  # rises: a shared batch serves far more than one at a time
+    e2e_p50 = [float(r[7]) for r in rows]
+    # saturates: at full load requests queue for the 4 slots, so the median request takes far longer
+    assert e2e_p50[-1] > 1.5 * e2e_p50[0], stdout
     files = sorted(p.name for p in tmp_path.glob("sweep-*.json"))
     assert len(files) == 4 and "sweep-synchronous.json" in files
     sync = json.loads((tmp_path / "sweep-synchronous.json").read_text())
