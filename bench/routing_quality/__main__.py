@@ -135,6 +135,13 @@ def machine() -> str:
     return f"{os.cpu_count()} CPUs ({model}), Python {platform.python_version()}"
 
 
+def _verdict(ours: float, theirs: float, low: bool) -> str:
+    """ahead / tied / behind, ties judged at the precision the table prints (3 significant digits)."""
+    if f"{ours:.3g}" == f"{theirs:.3g}":
+        return "tied"
+    return "ahead" if (ours < theirs) == low else "behind"
+
+
 def findings(rows: list[dict[str, Any]]) -> list[str]:
     """The issue's two questions, answered from the rows as they stand."""
     lines = []
@@ -144,16 +151,21 @@ def findings(rows: list[dict[str, Any]]) -> list[str]:
         verdict = "higher" if pp["hit_rate"] > pa["hit_rate"] else "not higher"
         lines.append(f"- {FOCUS_WORKLOAD}: `precise-prefix` hit rate {100 * pp['hit_rate']:.1f} % against "
                      f"`prefix-aware` {100 * pa['hit_rate']:.1f} %: {verdict}.")
+    units = {"ttft_p99_s": (1e3, "ms", 0), "goodput_per_s": (1.0, "req/s", 2)}
     for wl in dict.fromkeys(r["workload"] for r in rows):
         ours = [r for r in rows if r["workload"] == wl and r["family"] == "flotilla" and not r.get("error")]
         peers = [r for r in rows if r["workload"] == wl and r["family"] == "peer" and not r.get("error")]
         if not ours or not peers:
             continue
+        parts = []
         for key, label, low in (("ttft_p99_s", "TTFT p99", True), ("goodput_per_s", "goodput", False)):
-            best = (min if low else max)(ours, key=lambda r, k=key: r[k])
-            better = [p["policy"] for p in peers if (p[key] < best[key] if low else p[key] > best[key])]
-            lines.append(f"- {wl}, {label}: best Flotilla policy `{best['policy']}` "
-                         + ("beats every peer." if not better else f"is beaten by {', '.join(better)}."))
+            pick = min if low else max
+            best, peer = pick(ours, key=lambda r, k=key: r[k]), pick(peers, key=lambda r, k=key: r[k])
+            scale, unit, digits = units[key]
+            parts.append(f"{label} {_verdict(best[key], peer[key], low)}: Flotilla's best `{best['policy']}` "
+                         f"{best[key] * scale:,.{digits}f} {unit}, the peers' best `{peer['policy']}` "
+                         f"{peer[key] * scale:,.{digits}f} {unit}")
+        lines.append(f"- {wl}: " + "; ".join(parts) + ".")
     return lines
 
 
@@ -162,7 +174,9 @@ def markdown(rows: list[dict[str, Any]], cfg: FleetConfig, ideal: dict[str, floa
     slo = cfg.slo
     parts = [
         "## Routing quality at scale (simulated)", "",
-        f"`python -m bench.routing_quality{' ' + ' '.join(argv) if argv else ''}`", "",
+        f"`python -m bench.routing_quality{''.join(' ' + a for a in argv if a != '--stored-only')}`"
+        + (" (cells run as they fit and stored under bench/out/routing_quality/cells; this page was then "
+           "written from them with `--stored-only`)" if "--stored-only" in argv else ""), "",
         f"Machine: {machine()}. Every cell is one `flotilla sim` run in virtual time: {cfg.replicas} replicas of "
         f"the look-alike vLLM engine ({cfg.model} on {cfg.gpu}, KV blocks from the capacity model at "
         "`--gpu-memory-utilization 0.9`, prefix caching on, sha256 block hashes), the real routing policy "
