@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+import string
 import time
 from dataclasses import dataclass, field
 
@@ -17,7 +19,7 @@ from fake_engines.llamacpp.config import BUILD_INFO, LlamaServerConfig
 from fake_engines.llamacpp.errors import LlamaError, loading, not_found, parse_json
 from fake_engines.llamacpp.metrics import METRICS_CONTENT_TYPE, render_metrics
 from fake_engines.llamacpp.model import GgufModel
-from fake_engines.llamacpp.shapes import generation_settings
+from fake_engines.llamacpp.shapes import sampler_params
 from fake_engines.llamacpp.telemetry import LlamaTelemetry
 
 PUBLIC_PATHS = {"/health", "/v1/health", "/models", "/v1/models", "/api/tags"}
@@ -47,6 +49,9 @@ class LlamaServer:
     """Unix time for `created` fields."""
     next_id: int = 0
     """Counter for engine request ids."""
+    media_marker: str = field(default_factory=lambda: "<__media_" + "".join(
+        secrets.choice(string.ascii_letters + string.digits) for _ in range(32)) + "__>")
+    """The multimodal placeholder /props names: 32 random alphanumerics per process, as llama-server draws it."""
 
     def request_id(self) -> str:
         """A new engine request id."""
@@ -171,7 +176,7 @@ def _slot_body(slot: SlotState, server: LlamaServer) -> dict:
     body.update({"id_task": slot.id_task, "n_prompt_tokens": slot.n_prompt_tokens,
                  "n_prompt_tokens_processed": slot.n_prompt_tokens_processed,
                  "n_prompt_tokens_cache": slot.n_prompt_tokens_cache,
-                 "params": generation_settings(slot.n_decoded + max(slot.n_remain, 0), True, lora),
+                 "params": sampler_params(slot.n_decoded + max(slot.n_remain, 0), True, lora, reasoning_format="deepseek"),
                  "next_token": [{"has_next_token": slot.is_processing, "has_new_line": False,
                                  "n_remain": slot.n_remain, "n_decoded": slot.n_decoded}]})
     return body
@@ -196,12 +201,21 @@ async def props(request: web.Request) -> web.Response:
     """Server properties: slot count, context, model, chat template, build."""
     server, config = request.app[SERVER_KEY], request.app[SERVER_KEY].config
     return json_body({
-        "default_generation_settings": {"params": generation_settings(-1, False, []), "n_ctx": server.slot_n_ctx},
+        "default_generation_settings": {"params": sampler_params(-1, False, []), "n_ctx": server.slot_n_ctx},
         "total_slots": len(server.driver.core.stats().slots), "model_alias": config.model_id,
         "model_ftype": server.model.ftype, "model_path": config.model,
-        "modalities": {"vision": False, "video": False, "audio": False}, "endpoint_slots": config.slots,
-        "endpoint_props": False, "endpoint_metrics": config.metrics, "chat_template": CHATML_TEMPLATE,
-        "bos_token": "<s>", "eos_token": "</s>", "build_info": BUILD_INFO, "is_sleeping": False})
+        "modalities": {"vision": False, "video": False, "audio": False}, "media_marker": server.media_marker,
+        "endpoint_slots": config.slots, "endpoint_props": False, "endpoint_metrics": config.metrics, "ui": True,
+        "ui_settings": {}, "chat_template": CHATML_TEMPLATE, "chat_template_caps": CHATML_TEMPLATE_CAPS,
+        "bos_token": "<s>", "eos_token": "</s>", "build_info": BUILD_INFO, "is_sleeping": False,
+        "cors_proxy_enabled": False})
+
+
+CHATML_TEMPLATE_CAPS = {"supports_object_arguments": False, "supports_parallel_tool_calls": False,
+                        "supports_preserve_reasoning": False, "supports_reasoning_effort": False,
+                        "supports_string_content": True, "supports_system_role": True, "supports_tool_calls": False,
+                        "supports_tools": False, "supports_typed_content": True}
+"""What llama-server's template analysis reports for the ChatML template (capture `llama.cpp/007_props`)."""
 
 
 async def models(request: web.Request) -> web.Response:

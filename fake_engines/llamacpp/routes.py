@@ -254,7 +254,7 @@ def _finish(server: LlamaServer, handle: RequestHandle) -> tuple[dict, shapes.Ti
 def _native_final(server: LlamaServer, req: LlamaRequest, handle: RequestHandle, last: Piece,
                   timings: shapes.Timings, content: str) -> dict:
     request = handle.request
-    settings = shapes.generation_settings(req.n_predict, req.stream, req.lora)
+    settings = shapes.generation_settings(req.n_predict, req.stream, req.lora, stop=req.stop)
     slot = next((s.id for s in server.driver.core.stats().slots if s.request_id == request.request_id), -1)
     stop_type = "word" if last.stopping_word else "limit" if last.reason == "length" else "eos"
     return shapes.native_final(server.config.model_id, req.prompt_text, slot, len(request.output_token_ids),

@@ -100,12 +100,43 @@ def completion_final_chunk(rid: str, created: int, model: str, reason: str, use:
             "object": "text_completion", "usage": use, "id": rid, "timings": timings.body()}
 
 
+SAMPLERS = ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"]
+"""llama-server's default sampler chain."""
+
+
+def sampler_params(n_predict: int, stream: bool, lora: list, seed: int = 4294967295,
+                   temperature: float = 0.800000011920929, reasoning_format: str = "none") -> dict:
+    """The sampling parameters /props and /slots list (`params`), with the build's defaults, key
+    for key as captured (`llama.cpp/007_props`, `042_slots_after_prefix_reuse`)."""
+    return {"seed": seed, "temperature": temperature, "dynatemp_range": 0.0, "dynatemp_exponent": 1.0, "top_k": 40,
+            "top_p": 0.949999988079071, "min_p": 0.05000000074505806, "top_n_sigma": -1.0, "xtc_probability": 0.0,
+            "xtc_threshold": 0.10000000149011612, "typical_p": 1.0, "repeat_last_n": 64, "repeat_penalty": 1.0,
+            "presence_penalty": 0.0, "frequency_penalty": 0.0, "dry_multiplier": 0.0, "dry_base": 1.75,
+            "dry_allowed_length": 2, "dry_penalty_last_n": 64, "mirostat": 0, "mirostat_tau": 5.0,
+            "mirostat_eta": 0.10000000149011612, "adaptive_target": -1.0, "adaptive_decay": 0.8999999761581421,
+            "max_tokens": n_predict, "n_predict": n_predict, "n_keep": 0, "n_discard": 0, "ignore_eos": False,
+            "stream": stream, "n_probs": 0, "min_keep": 0, "chat_format": "Content-only",
+            "reasoning_format": reasoning_format, "reasoning_in_content": False, "generation_prompt": "",
+            "samplers": list(SAMPLERS), "speculative.types": "none", "timings_per_token": False,
+            "post_sampling_probs": False, "backend_sampling": False, "lora": lora}
+
+
+_NATIVE_EXTRA: dict[str, dict[str, object]] = {"dry_penalty_last_n": {"dry_sequence_breakers": ["\n", ":", "\"", "*"]},
+                 "adaptive_decay": {"stop": []}, "stream": {"logit_bias": []},
+                 "min_keep": {"grammar": "", "grammar_lazy": False, "grammar_triggers": [], "preserved_tokens": []}}
+"""Keys a task's own settings add after the ones named (native /completion `generation_settings`)."""
+
+
 def generation_settings(n_predict: int, stream: bool, lora: list, seed: int = 4294967295,
-                        temperature: float = 0.800000011920929) -> dict:
-    """The sampling parameters llama-server echoes (the subset a router reads)."""
-    return {"seed": seed, "temperature": temperature, "top_k": 40, "top_p": 0.949999988079071,
-            "min_p": 0.05000000074505806, "max_tokens": n_predict, "n_predict": n_predict, "n_keep": 0,
-            "ignore_eos": False, "stream": stream, "n_probs": 0, "chat_format": "Content-only", "lora": lora}
+                        temperature: float = 0.800000011920929, stop: list[str] | None = None) -> dict:
+    """A task's sampling settings as native /completion echoes them (`llama.cpp/030`): the
+    sampler params plus the stop strings, grammar and logit-bias keys, in the captured order."""
+    out: dict = {}
+    for key, value in sampler_params(n_predict, stream, lora, seed, temperature, "deepseek").items():
+        out[key] = value
+        out.update(_NATIVE_EXTRA.get(key, {}))
+    out["stop"] = list(stop or [])
+    return out
 
 
 def native_final(model: str, prompt: str, slot: int, predicted: int, evaluated: int, cached: int,

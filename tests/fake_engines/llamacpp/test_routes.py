@@ -327,6 +327,13 @@ async def test_a_real_gguf_is_described_in_v1_models_as_captured(tmp_path):
     assert card["id"] == str(path) and card["owned_by"] == "llamacpp"
 
 
+def _captured_body(name: str):
+    import re
+
+    raw = (CAPTURES / f"{name}.http").read_text(encoding="utf-8", errors="replace")
+    return json.loads(re.split(r"\r?\n\r?\n", raw, maxsplit=1)[1])
+
+
 def _captured(name: str) -> tuple[dict, dict]:
     from tests.fake_engines.capture_shapes import captured
 
@@ -401,3 +408,25 @@ def test_connection_headers_are_the_captured_ones(engine, name, method, path):
         conn.close()
     for key in ("server", "content-type", "keep-alive", "connection", "access-control-allow-origin"):
         assert headers.get(key) == expected.get(key), key
+
+
+def test_props_slots_and_native_settings_have_the_captured_keys(engine):
+    from tests.fake_engines.capture_shapes import shape
+
+    def body(name: str):
+        return _captured_body(name)
+
+    props = json.loads(urllib.request.urlopen(engine.base_url + "/props", timeout=30).read())
+    real_props = body("007_props")
+    assert list(props) == list(real_props)
+    assert shape(props["default_generation_settings"]) == shape(real_props["default_generation_settings"])
+    assert shape(props["chat_template_caps"]) == shape(real_props["chat_template_caps"])
+    assert props["media_marker"].startswith("<__media_") and len(props["media_marker"]) == len(
+        real_props["media_marker"])
+    request, real_native = _captured("030_native_completion_nonstream")
+    status, native = _post(engine.base_url, "/completion", json.dumps(request).encode())
+    assert status == 200 and list(native["generation_settings"]) == list(real_native["generation_settings"])
+    used = [s for s in json.loads(urllib.request.urlopen(engine.base_url + "/slots", timeout=30).read())
+            if "params" in s]
+    real_slot = body("042_slots_after_prefix_reuse")[0]
+    assert used and list(used[0]) == list(real_slot) and list(used[0]["params"]) == list(real_slot["params"])
