@@ -46,9 +46,12 @@ def parse_json(raw: bytes) -> dict:
                          "parse an empty input; check that your input string or stream contains the expected JSON")
     try:
         body = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise LlamaError(500, f"[json.exception.parse_error.101] parse error at line {exc.lineno}, column "
-                         f"{exc.colno + 1}: syntax error while parsing value - {exc.msg}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        from fake_engines.llamacpp.json_errors import parse_error_message
+
+        text = raw.decode("utf-8", errors="replace")
+        message = parse_error_message(text) or f"[json.exception.parse_error.101] parse error: {exc}"
+        raise LlamaError(500, message) from None
     if not isinstance(body, dict):
         raise LlamaError(400, "Request body must be a JSON object")
     return body

@@ -73,10 +73,11 @@ async def _async_stream(base: str) -> int:
 
 @pytest.mark.parametrize("name", ["047_err_missing_messages_chat", "048_err_missing_prompt_completions",
                                   "054_err_max_tokens_negative_chat", "056_err_temperature_wrong_type_completions",
-                                  "059_err_messages_not_a_list", "060_err_stream_wrong_type", "061_err_empty_body"])
+                                  "059_err_messages_not_a_list", "060_err_stream_wrong_type", "061_err_empty_body",
+                                  "045_err_malformed_json_completions", "046_err_malformed_json_chat"])
 def test_error_bodies_match_the_capture(engine, name):
     raw = (CAPTURES / f"{name}.req.json").read_text()
-    expected = json.loads((CAPTURES / f"{name}.http").read_text().split("\n\n", 1)[1])
+    expected = _captured_body(name)
     path = "/v1/chat/completions" if "messages" in raw or "chat" in name else "/v1/completions"
     assert _post(engine.base_url, path, raw.encode()) == (expected["error"]["code"], expected)
 
