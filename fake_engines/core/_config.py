@@ -98,10 +98,16 @@ class LlamaCppSchedulerConfig:
     """Physical batch size (-ub)."""
     seed: int = 0
     """Seeds the generated token ids (with each request id)."""
+    cache_ram_tokens: int = 0
+    """Host-memory prompt cache (--cache-ram) in tokens of KV: a slot's cached prompt is saved
+    there before a dissimilar prompt replaces it, and a later prompt loads the best match back;
+    0 off, -1 no limit."""
 
     def __post_init__(self) -> None:
         _require_positive("n_ctx", self.n_ctx)
         _require_positive("n_batch", self.n_batch)
+        if self.cache_ram_tokens < -1:
+            raise ConfigError("cache_ram_tokens", self.cache_ram_tokens, "must be >= 0, or -1 for no limit")
         _require_positive("n_ubatch", self.n_ubatch)
         if self.n_parallel == 0 or self.n_parallel < -1:
             raise ConfigError("n_parallel", self.n_parallel, "must be >= 1, or -1 for auto")

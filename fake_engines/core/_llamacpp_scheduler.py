@@ -51,6 +51,8 @@ class LlamaCppScheduler:
         self._out_of_cells: set[str] = set()
         self._clock = 0
         self._next_task = 0
+        self._host_cache: list[tuple[list[int], str | None]] = []
+        """Prompts saved to host memory (--cache-ram), least recently used first."""
         self._totals = {"queries": 0, "prompt": 0, "cached": 0, "generation": 0, "steps": 0, "aborted": 0,
                         "busy_slots": 0, "tokens_max": 0}
 
@@ -126,6 +128,8 @@ class LlamaCppScheduler:
         return request.num_prompt_tokens - len(slot.cache_tokens)
 
     def _launch(self, slot: Slot, request: EngineRequest) -> None:
+        if self.config.cache_ram_tokens:
+            self._swap_with_host_cache(slot, request)
         n_cache = self._reusable_prefix(slot, request)
         slot.cache_tokens = []
         slot.request = request
@@ -140,6 +144,29 @@ class LlamaCppScheduler:
         self._slot_of[request.request_id] = slot
         self._totals["cached"] += n_cache
         self._totals["queries"] += request.num_prompt_tokens
+
+    def _swap_with_host_cache(self, slot: Slot, request: EngineRequest) -> None:
+        """llama-server's server_prompt_cache: before a prompt that keeps less than half of the
+        slot's cached tokens replaces them, they are saved to host memory; then the saved prompt
+        sharing the longest prefix with the new one, if longer than what the slot shares, is
+        loaded into the slot (and leaves the host cache)."""
+        keep = self._reusable_prefix(slot, request)
+        if slot.cache_tokens and keep < len(slot.cache_tokens) / 2:
+            self._host_cache.append((list(slot.cache_tokens), slot.cache_lora))
+        best, best_len = None, keep
+        for i, (tokens, lora) in enumerate(self._host_cache):
+            shared = min(common_prefix_len(tokens, request.prompt_token_ids), request.num_prompt_tokens - 1)
+            if lora == request.lora and shared > best_len:
+                best, best_len = i, shared
+        if best is not None:
+            slot.cache_tokens, slot.cache_lora = self._host_cache.pop(best)
+        self._trim_host_cache()
+
+    def _trim_host_cache(self) -> None:
+        """Drop the least recently saved prompts until the cache fits --cache-ram."""
+        limit = self.config.cache_ram_tokens
+        while limit > 0 and sum(len(t) for t, _ in self._host_cache) > limit:
+            self._host_cache.pop(0)
 
     def _release(self, request: EngineRequest) -> None:
         """Free the request's slot; the slot keeps the computed tokens for the next similar prompt."""

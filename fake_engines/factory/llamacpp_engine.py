@@ -66,7 +66,15 @@ def scheduler_config(config: LlamaServerConfig, model: GgufModel) -> LlamaCppSch
     return LlamaCppSchedulerConfig(
         n_ctx=config.n_ctx, n_parallel=config.n_parallel, n_ctx_train=model.n_ctx_train,
         slot_prompt_similarity=config.slot_prompt_similarity, n_batch=config.n_batch, n_ubatch=config.n_ubatch,
-        seed=config.seed)
+        seed=config.seed, cache_ram_tokens=cache_ram_tokens(config, model))
+
+
+def cache_ram_tokens(config: LlamaServerConfig, model: GgufModel) -> int:
+    """--cache-ram MiB as tokens of this model's KV at -ctk/-ctv (-1 no limit, 0 off)."""
+    if config.cache_ram_mib <= 0:
+        return config.cache_ram_mib
+    per_token = model.spec.kv_bytes_per_token(config.kv_bytes_per_element)
+    return max(1, int(config.cache_ram_mib * 2**20 // per_token))
 
 
 def build_scheduler(config: LlamaServerConfig, model: GgufModel) -> LlamaCppScheduler:

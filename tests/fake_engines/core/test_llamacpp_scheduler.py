@@ -170,3 +170,36 @@ def test_busy_slot_counters_follow_the_iterations():
     stats = sched.stats()
     assert (stats.num_steps, stats.n_busy_slots_total, stats.n_tokens_max) == (3, 6, 13)
     assert stats.generation_tokens_total == 6 and stats.kv_cache_usage == 0.0
+
+
+def _cached_on_return(cache_ram_tokens: int, n_parallel: int = 1) -> int:
+    """Prompt A, then prompts unlike it on every slot, then A again: its cached tokens."""
+    sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=4096, n_parallel=n_parallel,
+                                                      cache_ram_tokens=cache_ram_tokens))
+    prompt = list(range(1, 21))
+    sched.add_request(_req("a", prompt))
+    _run(sched)
+    for i in range(n_parallel):
+        sched.add_request(_req(f"other-{i}", [500 + i] * 30))
+    _run(sched)
+    sched.add_request(_req("a-again", prompt))
+    return sched.requests["a-again"].num_cached_tokens or 0
+
+
+def test_host_prompt_cache_gives_back_a_prompt_a_dissimilar_one_pushed_out_of_its_slot():
+    """llama-server --cache-ram (captures llama.cpp/043, 044: 8 of 9 and 18 of 19 prompt tokens
+    cached after other prompts took both slots): all but the last prompt token come back."""
+    assert _cached_on_return(-1) == 19 and _cached_on_return(8192, n_parallel=2) == 19
+    assert _cached_on_return(0) == 0  # --cache-ram 0: off
+    assert _cached_on_return(10) == 0  # too small to hold the 24 tokens A left (20 prompt + 4 output)
+
+
+def test_host_prompt_cache_keeps_a_prompt_per_lora_configuration():
+    sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=4096, n_parallel=1, cache_ram_tokens=-1))
+    prompt = list(range(1, 21))
+    sched.add_request(_req("a", prompt, lora="x"))
+    _run(sched)
+    sched.add_request(_req("b", [900] * 30))
+    _run(sched)
+    sched.add_request(_req("a-plain", prompt))
+    assert sched.requests["a-plain"].num_cached_tokens == 0  # computed under another adapter

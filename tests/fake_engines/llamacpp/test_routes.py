@@ -431,3 +431,30 @@ def test_props_slots_and_native_settings_have_the_captured_keys(engine):
             if "params" in s]
     real_slot = body("042_slots_after_prefix_reuse")[0]
     assert used and list(used[0]) == list(real_slot) and list(used[0]["params"]) == list(real_slot["params"])
+
+
+@pytest.mark.parametrize(("name", "path"), [("043_err_unknown_model_completions", "/v1/completions"),
+                                            ("044_err_unknown_model_chat", "/v1/chat/completions")])
+async def test_host_prompt_cache_gives_back_a_prompt_after_other_prompts_took_both_slots(name, path):
+    """The captures' prompts were served before, then other prompts used both slots: the real
+    server still reports all but one prompt token cached (8 of 9, 18 of 19), from --cache-ram."""
+    request, expected = _captured(name)
+    running, base = await _served(_config())
+    try:
+        async with aiohttp.ClientSession() as session:
+            async def post(body: dict) -> dict:
+                async with session.post(base + path, json={**body, "max_tokens": 8}) as resp:
+                    assert resp.status == 200
+                    return await resp.json()
+
+            await post(request)
+            for other in ("Red green blue and yellow " * 3, "Once upon a time in a land far away " * 2):
+                await post({"prompt": other} if "prompt" in request else
+                           {"messages": [{"role": "user", "content": other}]})
+            again = await post(request)
+    finally:
+        await running.close()
+    usage, real = again["usage"], expected["usage"]
+    assert real["prompt_tokens_details"]["cached_tokens"] == real["prompt_tokens"] - 1
+    assert usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"] - 1
+    assert again["timings"]["cache_n"] == usage["prompt_tokens"] - 1
