@@ -1,0 +1,165 @@
+"""Replay every captured request of the real engines against the look-alikes and compare.
+
+The captures (`tests/data/real-engines/{vllm,llama.cpp}/`, listed in each folder's INDEX.md with
+method, path and status) were taken from a real vLLM 0.32.0 and a real llama-server b1-0c1e570
+serving a tiny model. Each one is sent, in the captured order, to a look-alike started as the real
+engine was (vLLM: `--max-model-len 2048 --max-num-seqs 2`, served as tiny-llama; llama-server:
+`-np 2 -c 2048 --metrics`) and compared on:
+
+- status code;
+- body shape: for JSON, every key at every depth with its value's type (values left out); for a
+  stream, the shape of each event kind in order; for /metrics, the set of metric family names;
+- nothing else (headers, timing and values are other tests' business).
+
+Each item is `matched`, `differs` (with what differs) or `accepted` (a difference listed in
+ACCEPTED with its reason); the summary counts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parents[2]
+CAPTURES = ROOT / "tests" / "data" / "real-engines"
+LONG_PROMPT = "abcd" * 3001
+"""The captures elide their over-long prompts as <<long_prompt...>>; this one is as long in tokens."""
+
+ACCEPTED: dict[tuple[str, str], str] = {}
+"""(engine, capture) -> why the look-alike differs on purpose (docs/fidelity.md lists them); none now."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """One capture and what the look-alike did with it."""
+
+    engine: str
+    name: str
+    verdict: str
+    """matched, differs, accepted."""
+    detail: str = ""
+
+
+def index_rows(engine: str) -> list[tuple[str, str, str, int]]:
+    """(name, method, path, status) of every request row of the engine's INDEX.md with its file here."""
+    rows = []
+    for line in (CAPTURES / engine / "INDEX.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 4 or not re.match(r"^\d{3}_", cells[0]) or cells[1] == "-":
+            continue
+        if (CAPTURES / engine / f"{cells[0]}.http").exists():
+            rows.append((cells[0], cells[1], cells[2].strip("`"), int(cells[3])))
+    return rows
+
+
+def shape(value: Any, under: str = "") -> Any:
+    """Keys and value types at every depth; a list's shape is its fullest item's; top_logprobs maps
+    of token -> logprob count by their value types only."""
+    if isinstance(value, dict) and under == "top_logprobs" and not {"token", "logprob"} <= set(value):
+        return ("map", frozenset(shape(v) for v in value.values()))
+    if isinstance(value, dict):
+        return tuple(sorted((k, shape(v, k)) for k, v in value.items()))
+    if isinstance(value, list):
+        return ("list", max((shape(v, under) for v in value), key=lambda s: len(repr(s)), default=None))
+    if isinstance(value, bool) or value is None:
+        return type(value).__name__
+    return "number" if isinstance(value, int | float) else type(value).__name__
+
+
+def body_shape(content_type: str, body: str) -> Any:
+    """The comparable shape of a response body."""
+    if "event-stream" in content_type:
+        events = [line[6:] for line in body.splitlines() if line.startswith("data: ")]
+        kinds = [("done",) if e.strip() == "[DONE]" else shape(json.loads(e)) for e in events]
+        return ("stream", tuple(k for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1]))
+    if "text/plain" in content_type and "# TYPE" in body:
+        return ("metrics", frozenset(re.findall(r"^# TYPE (\S+)", body, re.MULTILINE)))
+    try:
+        return shape(json.loads(body)) if body.strip() else ("empty",)
+    except json.JSONDecodeError:
+        return ("text",)
+
+
+def captured(engine: str, name: str) -> tuple[int, Any, bytes | None, str]:
+    """(status, body shape, request body, request content type) of one capture."""
+    raw = (CAPTURES / engine / f"{name}.http").read_bytes().decode("utf-8", errors="replace")
+    head, _, body = re.split(r"(\r?\n\r?\n)", raw, maxsplit=1) if re.search(r"\r?\n\r?\n", raw) else (raw, "", "")
+    status = int(head.split()[1])
+    ctype = next((line.split(":", 1)[1].strip() for line in head.splitlines()[1:]
+                  if line.lower().startswith("content-type:")), "")
+    request_path = CAPTURES / engine / f"{name}.req.json"
+    request = request_path.read_bytes() if request_path.exists() else None
+    if request is not None and b"<<long_prompt" in request:  # in `prompt` or a message's `content`
+        request = re.sub(rb"<<long_prompt[^>]*>>", LONG_PROMPT.encode(), request)
+    return status, body_shape(ctype, body), request, "text/plain" if "text_plain" in name else "application/json"
+
+
+async def _replay_engine(engine: str, base: str) -> list[Item]:
+    items = []
+    async with aiohttp.ClientSession() as session:
+        for name, method, path, _ in index_rows(engine):
+            status, expected, request, ctype = captured(engine, name)
+            headers = {"Content-Type": ctype} if request is not None else {}
+            async with session.request(method, base + path, data=request, headers=headers) as resp:
+                text = (await resp.read()).decode("utf-8", errors="replace")
+                got = body_shape(resp.headers.get("Content-Type", ""), text)
+                items.append(_verdict(engine, name, status, expected, resp.status, got))
+    return items
+
+
+def _verdict(engine: str, name: str, status: int, expected: Any, got_status: int, got: Any) -> Item:
+    if status == got_status and expected == got:
+        return Item(engine, name, "matched")
+    if (engine, name) in ACCEPTED:
+        return Item(engine, name, "accepted", ACCEPTED[(engine, name)])
+    if status != got_status:
+        return Item(engine, name, "differs", f"status {got_status}, real {status}")
+    if isinstance(expected, tuple) and expected and expected[0] == "metrics":
+        missing, extra = sorted(expected[1] - got[1]), sorted(got[1] - expected[1])
+        return Item(engine, name, "differs", f"metric families missing {missing[:5]} extra {extra[:5]}")
+    return Item(engine, name, "differs", "body shape")
+
+
+async def replay_all() -> list[Item]:
+    """Start both look-alikes as the captures' engines were started and replay every capture."""
+    from fake_engines.llamacpp.config import LlamaServerConfig
+    from fake_engines.llamacpp.server import start_llama
+    from fake_engines.vllm.config import VllmServeConfig
+    from fake_engines.vllm.server import start_vllm
+
+    items: list[Item] = []
+    vllm = await start_vllm(VllmServeConfig(model="llama-3.1-8b", served_model_name="tiny-llama", port=0,
+                                            time_scale=0.01, max_model_len=2048, max_num_seqs=2), cold_start=False)
+    try:
+        await vllm.wait_ready()
+        items += await _replay_engine("vllm", f"http://127.0.0.1:{vllm.port}")
+    finally:
+        await vllm.close()
+    llama = await start_llama(LlamaServerConfig(model="llama-3.1-8b-F16.gguf", alias="/srv/mdls/tiny.gguf", port=0,
+                                                time_scale=0.01, n_parallel=2, n_ctx=2048, metrics=True),
+                              cold_start=False)
+    try:
+        await llama.wait_ready()
+        items += await _replay_engine("llama.cpp", f"http://127.0.0.1:{llama.port}")
+    finally:
+        await llama.close()
+    return items
+
+
+def summary(items: list[Item]) -> dict[str, int]:
+    """Counts by verdict."""
+    out = {"matched": 0, "accepted": 0, "differs": 0}
+    for item in items:
+        out[item.verdict] += 1
+    return out
+
+
+def run() -> list[Item]:
+    """replay_all on a fresh event loop."""
+    return asyncio.run(replay_all())
