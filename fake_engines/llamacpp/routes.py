@@ -257,9 +257,21 @@ def _native_final(server: LlamaServer, req: LlamaRequest, handle: RequestHandle,
     settings = shapes.generation_settings(req.n_predict, req.stream, req.lora, stop=req.stop)
     slot = next((s.id for s in server.driver.core.stats().slots if s.request_id == request.request_id), -1)
     stop_type = "word" if last.stopping_word else "limit" if last.reason == "length" else "eos"
-    return shapes.native_final(server.config.model_id, req.prompt_text, slot, len(request.output_token_ids),
-                               request.num_prompt_tokens, timings.cache_n, stop_type, settings, timings, content,
-                               last.stopping_word)
+    final = shapes.native_final(server.config.model_id, req.prompt_text, slot, len(request.output_token_ids),
+                                request.num_prompt_tokens, timings.cache_n, stop_type, settings, timings, content,
+                                last.stopping_word)
+    if req.n_probs is not None and not req.stream:  # streamed tokens carried theirs on each chunk
+        final["completion_probabilities"] = _native_probs(server, req, handle, list(request.output_token_ids), 0)
+    return final
+
+
+def _native_probs(server: LlamaServer, req: LlamaRequest, handle: RequestHandle, token_ids: list[int],
+                  first_position: int) -> list[dict]:
+    """Native /completion's `completion_probabilities` for `n_probs`: one entry per token."""
+    seed = server.config.seed if req.seed is None else int(req.seed)
+    entries = made_up.request_logprobs(seed, handle.request.prompt_token_ids, first_position, token_ids,
+                                       req.n_probs or 0, req.sampled)
+    return shapes.openai_logprobs(entries)["content"]
 
 
 @dataclass
@@ -361,6 +373,9 @@ async def _events(server: LlamaServer, req: LlamaRequest,
             predicted[index] += len(piece.token_ids)
             if piece.text or not piece.stopping_word:
                 event = _token_event(req, rid, created, model, piece, predicted[index])
+                if req.kind == "native" and req.n_probs is not None:
+                    event["completion_probabilities"] = _native_probs(
+                        server, req, handles[index], piece.token_ids, predicted[index] - len(piece.token_ids))
                 if req.kind != "native":
                     event = _indexed(event, index)
                     event["choices"][0] = _with_logprobs(server, req, handles[index], event["choices"][0],

@@ -458,3 +458,21 @@ async def test_host_prompt_cache_gives_back_a_prompt_after_other_prompts_took_bo
     assert real["prompt_tokens_details"]["cached_tokens"] == real["prompt_tokens"] - 1
     assert usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"] - 1
     assert again["timings"]["cache_n"] == usage["prompt_tokens"] - 1
+
+
+def test_native_n_probs_gives_completion_probabilities_per_token(engine):
+    status, body = _post(engine.base_url, "/completion", json.dumps(
+        {"prompt": "Hello world", "n_predict": 5, "n_probs": 3, "ignore_eos": True}).encode())
+    probs = body["completion_probabilities"]
+    assert status == 200 and len(probs) == 5 and "".join(p["token"] for p in probs) == body["content"]
+    for entry in probs:
+        assert set(entry) == {"id", "token", "bytes", "logprob", "top_logprobs"} and len(entry["top_logprobs"]) == 3
+        tops = [t["logprob"] for t in entry["top_logprobs"]]
+        assert tops == sorted(tops, reverse=True) and all(v < 0 for v in tops)
+    req = urllib.request.Request(engine.base_url + "/completion", data=json.dumps(
+        {"prompt": "Hello world", "n_predict": 4, "n_probs": 2, "ignore_eos": True, "stream": True}).encode(),
+        headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        events = [json.loads(line[6:]) for line in (raw.decode().strip() for raw in resp) if line.startswith("data: {")]
+    streamed = [p for e in events if not e["stop"] for p in e["completion_probabilities"]]
+    assert len(streamed) == 4 and "".join(p["token"] for p in streamed) == "".join(e["content"] for e in events)
