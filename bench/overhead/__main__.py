@@ -18,6 +18,7 @@ from pathlib import Path
 import aiohttp
 from tqdm import tqdm
 
+from bench.overhead import long_prompt
 from bench.overhead.load import Latencies, closed_loop, open_loop
 from bench.overhead.report import TargetResult, section, write_section
 
@@ -177,25 +178,47 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument("--no-floor", action="store_true",
                         help="skip the plain aiohttp proxy that shows the floor of any aiohttp proxy")
+    long_prompt.add_arguments(parser)
     args = parser.parse_args(argv)
     load_before = os.getloadavg()[0]  # other jobs on the machine skew every figure; say so
-    try:
-        import uvloop
-        runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
-    except ImportError:
-        runner = asyncio.Runner()
-    with runner:
+    command = "python -m bench.overhead " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.long_prompt:
+        return _long_prompt(args, load_before, command.strip())
+    with _runner() as runner:
         quiet: list[float] = []
         results = runner.run(run(args, quiet))
-    machine = (f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
-               f"Python {platform.python_version()}, {platform.system()} {platform.release()}, "
-               f"load average {load_before:.1f} before the run, CPUs "
+    machine = (f"{_machine(load_before)}, CPUs "
                f"{', '.join(f'{100 * q:.0f} %' for q in quiet)} busy just before each round")
-    command = "python -m bench.overhead " + " ".join(argv if argv is not None else sys.argv[1:])
     text = section(results, args.rate, args.duration_s, args.concurrency, args.rounds, machine, command.strip())
     print(text)
     if not args.no_write:
         write_section(args.write, text)
+    return 0
+
+
+def _runner() -> asyncio.Runner:
+    try:
+        import uvloop
+        return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+    except ImportError:
+        return asyncio.Runner()
+
+
+def _machine(load_before: float) -> str:
+    return (f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
+            f"Python {platform.python_version()}, {platform.system()} {platform.release()}, "
+            f"load average {load_before:.1f} before the run")
+
+
+def _long_prompt(args: argparse.Namespace, load_before: float, command: str) -> int:
+    quiet = wait_quiet(args.quiet_wait_s, 0.3)
+    with _runner() as runner, tqdm(total=len(args.policies) * len(long_prompt.KINDS), file=sys.stderr) as bar:
+        results = runner.run(long_prompt.run(args, spawn, free_port, wait_ready, bar))
+    text = long_prompt.section(results, args, f"{_machine(load_before)}, CPUs {100 * quiet:.0f} % busy at the start",
+                               command)
+    print(text)
+    if not args.no_write:
+        long_prompt.write(args.write, text)
     return 0
 
 

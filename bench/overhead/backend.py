@@ -49,7 +49,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
     app = web.Application()
-    app.add_routes([web.post("/v1/completions", completions), web.get("/health", health),
+    app.add_routes([web.post("/v1/completions", completions), web.post("/v1/chat/completions", completions),
+                    web.get("/health", health),
                     web.get("/v1/models", models)])
     try:
         import uvloop

@@ -71,8 +71,13 @@ measures CPU cost as much as anything; CPU per request is the steadier figure.
 
 def write_section(path: Path, text: str) -> None:
     """Replace the overhead section of `path` (or append it; create the file if missing)."""
+    replace_section(path, START, END, text)
+
+
+def replace_section(path: Path, start: str, end: str, text: str) -> None:
+    """Replace the text from `start` to `end` in `path` with `text` (or append it)."""
     old = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
+    pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
     new = pattern.sub(lambda _m: text, old) if pattern.search(old) else old.rstrip("\n") + "\n\n" + text + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(new)

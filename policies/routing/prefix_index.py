@@ -8,9 +8,12 @@ the set. Each backend's set is an LRU sized from its cache capacity.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import takewhile
+
+import numpy as np
 
 from policies.routing.base import BackendView, RequestInfo
 from policies.routing.hash_ring import stable_hash
@@ -34,10 +37,13 @@ def block_hashes(request: RequestInfo, shape: BlockShape) -> list[int]:
     """Chained hashes of the request's full blocks, from the token ids if given, else the text.
 
     Only full blocks count, as only full blocks are cached. The chain starts from the model
-    name, so two models never share entries. Each link is Python's hash of (previous, block):
-    the index lives in one process, where only equality matters, and hashing a block in place
-    costs a fraction of encoding it for a digest, for every block of every routed prompt.
+    name, so two models never share entries. The index lives in one process, where only
+    equality matters, so the hashes are keyed at random per process (see `_TextKeys`). Token ids
+    are linked one block at a time with Python's hash of (previous, block); text, every block of
+    every routed prompt, in a few numpy passes (`_text_hashes`).
     """
+    if not request.prompt_token_ids:
+        return _text_hashes(request.prompt or "", shape.block_chars, stable_hash(request.model or ""))
     previous = stable_hash(request.model or "")
     hashes: list[int] = []
     append = hashes.append
@@ -47,12 +53,59 @@ def block_hashes(request: RequestInfo, shape: BlockShape) -> list[int]:
     return hashes
 
 
-def _chunks(request: RequestInfo, shape: BlockShape) -> list[tuple[int, ...]] | list[str]:
-    if request.prompt_token_ids:
-        ids, size = tuple(request.prompt_token_ids), shape.block_size_tokens
-        return [ids[i : i + size] for i in range(0, len(ids) - size + 1, size)]
-    text, size = request.prompt or "", shape.block_chars
-    return [text[i : i + size] for i in range(0, len(text) - size + 1, size)]
+def _chunks(request: RequestInfo, shape: BlockShape) -> list[tuple[int, ...]]:
+    ids, size = tuple(request.prompt_token_ids or ()), shape.block_size_tokens
+    return [ids[i : i + size] for i in range(0, len(ids) - size + 1, size)]
+
+
+class _TextKeys:
+    """Random 64-bit keys, drawn once per process, grown as longer prompts and blocks come.
+
+    A block's hash is multilinear over its characters' code points, `sum(char_keys[j] * c[j])`
+    mod 2**64; prefix k's hash is `sum(block_keys[i] * block[i] for i <= k)` mod 2**64, XOR
+    `link_keys[k]` (prefixes of different lengths apart) and the model's seed. For two different
+    prefixes of one length the chance of equal hashes is at most 2**-43 (code points are below
+    2**21), whatever the text: no client can aim at a collision without the keys.
+    """
+
+    def __init__(self) -> None:
+        self._rng = np.random.default_rng()
+        self.chars = np.empty(0, dtype=np.uint64)
+        self.blocks = np.empty(0, dtype=np.uint64)
+        self.links = np.empty(0, dtype=np.uint64)
+
+    def _grow(self, keys: np.ndarray, n: int) -> np.ndarray:
+        if len(keys) >= n:
+            return keys
+        more = self._rng.integers(0, 2**64, size=max(n, 2 * len(keys)) - len(keys), dtype=np.uint64)
+        return np.concatenate([keys, more])
+
+    def ensure(self, block_chars: int, blocks: int) -> None:
+        self.chars = self._grow(self.chars, block_chars)
+        self.blocks = self._grow(self.blocks, blocks)
+        self.links = self._grow(self.links, blocks)
+
+
+_KEYS = _TextKeys()
+
+
+def _code_points(text: str) -> np.ndarray:
+    if text.isascii():
+        return np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    return np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+
+
+def _text_hashes(text: str, block_chars: int, seed: int) -> list[int]:
+    """Chained hashes of the full `block_chars`-character blocks of `text` (see `_TextKeys`)."""
+    n = len(text) // block_chars
+    if n == 0:
+        return []
+    _KEYS.ensure(block_chars, n)
+    chars = _code_points(text[: n * block_chars]).reshape(n, block_chars).astype(np.uint64)
+    with np.errstate(over="ignore"):  # arithmetic mod 2**64 is the point
+        per_block = np.einsum("ij,j->i", chars, _KEYS.chars[:block_chars])  # quicker than @ for integers
+        chained = np.cumsum(per_block * _KEYS.blocks[:n], dtype=np.uint64)
+    return (chained ^ _KEYS.links[:n] ^ np.uint64(seed)).tolist()
 
 
 class PrefixIndex:
@@ -67,12 +120,7 @@ class PrefixIndex:
         held = self._lru.get(url)
         if not held:
             return 0
-        count = 0
-        for h in hashes:
-            if h not in held:
-                break
-            count += 1
-        return count
+        return len(list(takewhile(held.__contains__, hashes)))  # the loop in C
 
     def insert(self, url: str, hashes: Sequence[int], capacity_blocks: int | None = None) -> None:
         """Record that `url` now caches `hashes`, evicting the least recently used beyond capacity.
@@ -81,9 +129,9 @@ class PrefixIndex:
         prompts from the tail and a shorter prefix stays matchable, as in the engine's cache.
         """
         held = self._lru.setdefault(url, OrderedDict())
-        for h in reversed(hashes):
-            held[h] = None
-            held.move_to_end(h)
+        # Add the new ones, then move every one to the end, deepest first: both loops run in C.
+        deque(map(held.setdefault, reversed(hashes)), maxlen=0)  # (OrderedDict.update is slower)
+        deque(map(held.move_to_end, reversed(hashes)), maxlen=0)
         limit = capacity_blocks if capacity_blocks is not None else self.default_capacity_blocks
         while len(held) > max(limit, 0):
             held.popitem(last=False)
