@@ -43,3 +43,19 @@ def chat_logprobs(entries: Sequence[TokenLogprobs], top_n: int) -> dict:
                          "top_logprobs": [{"token": c.text, "logprob": c.logprob, "bytes": c.utf8}
                                           for c in _sampled_first(e, top_n)[:top_n]]}
                         for e in entries]}
+
+
+def prompt_logprobs(entries: Sequence[TokenLogprobs | None]) -> list[dict | None]:
+    """vLLM's `prompt_logprobs`: null for the first prompt token, then per token a map of token id
+    to {logprob, rank, decoded_token}: the prompt's own token (its rank among the likeliest, 1 =
+    most likely) and the requested number of likeliest tokens."""
+    out: list[dict | None] = []
+    for entry in entries:
+        if entry is None:
+            out.append(None)
+            continue
+        ranks = {c.token_id: r for r, c in enumerate(entry.top, start=1)}
+        ranked = [entry.chosen] + [c for c in entry.top if c.token_id != entry.chosen.token_id]
+        out.append({str(c.token_id): {"logprob": c.logprob, "rank": ranks.get(c.token_id, len(entry.top) + 1),
+                                      "decoded_token": c.text} for c in ranked})
+    return out

@@ -64,6 +64,8 @@ class GenerationRequest:
     """The request's seed (its logprobs are a function of it), else the server's."""
     sampled: bool = True
     """temperature > 0 (vLLM's default 1.0): the drawn token need not be the most likely."""
+    prompt_logprobs: int | None = None
+    """Likeliest tokens to report per prompt token (`prompt_logprobs`); None: none."""
 
 
 def _logprobs_param(body: dict, chat: bool) -> int | None:
@@ -82,6 +84,20 @@ def _logprobs_param(body: dict, chat: bool) -> int | None:
     if count is not None and count > vllm_logprobs.MAX_LOGPROBS:
         raise errors.bad_request(f"Requested sample logprobs of {count}, which is greater than max allowed: "
                                  f"{vllm_logprobs.MAX_LOGPROBS}", "logprobs", count)
+    return count
+
+
+def _prompt_logprobs_param(body: dict, stream: bool) -> int | None:
+    count = errors.optional_int(body, "prompt_logprobs")
+    if count is None:
+        return None
+    if stream and (count > 0 or count == -1):
+        raise errors.bad_request("`prompt_logprobs` are not available when `stream=True`.", "prompt_logprobs")
+    if count < 0 and count != -1:
+        raise errors.bad_request("`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs", count)
+    if count > vllm_logprobs.MAX_LOGPROBS:
+        raise errors.bad_request(f"Requested prompt logprobs of {count}, which is greater than max allowed: "
+                                 f"{vllm_logprobs.MAX_LOGPROBS}", "prompt_logprobs", count)
     return count
 
 
@@ -122,6 +138,7 @@ def parse_generation(server: VllmServer, body: dict, chat: bool) -> GenerationRe
     n = errors.optional_int(body, "n") or 1
     seed = errors.optional_int(body, "seed")
     logprobs = _logprobs_param(body, chat)
+    prompt_logprobs = _prompt_logprobs_param(body, stream)
     options = body.get("stream_options") or {}
     model, lora = _resolve_model(server, body)
     prompts = _chat_prompt_ids(body) if chat else _completion_prompt_ids(body)
@@ -137,7 +154,7 @@ def parse_generation(server: VllmServer, body: dict, chat: bool) -> GenerationRe
                              and _option(options, "continuous_usage_stats"),
                              ignore_eos=bool(body.get("ignore_eos")), stop=_stop_strings(body),
                              logprobs=logprobs, echo=not chat and errors.lax_bool(body, "echo"), seed=seed,
-                             sampled=temperature is None or temperature > 0)
+                             sampled=temperature is None or temperature > 0, prompt_logprobs=prompt_logprobs)
 
 
 def _stop_strings(body: dict) -> list[str]:
@@ -241,11 +258,24 @@ async def _collect(server: VllmServer, req: GenerationRequest, choices: list[Cho
     build = shapes.chat_body if req.chat else shapes.completion_body
     body = build(rid, created, req.model, "", "stop", usage)
     by_index = {c.index: c for c in choices}
+    if req.chat and req.prompt_logprobs is not None:  # chat: one prompt, reported once at the top level
+        body["prompt_logprobs"] = _prompt_logprobs(server, req, choices[0])
     body["choices"] = [{**body["choices"][0],
                         **_choice_fields(req, _echoed(req, by_index[i]) + texts.get(i, ""), *ends.get(i, ("stop", None))),
                         "logprobs": _choice_logprobs(server, req, by_index[i], tokens.get(i, []), 0, echo=req.echo),
+                        **({"prompt_logprobs": _prompt_logprobs(server, req, by_index[i])}
+                           if not req.chat and req.prompt_logprobs is not None else {}),
                         "index": i} for i in range(len(choices))]
     return json_body(body)
+
+
+def _prompt_logprobs(server: VllmServer, req: GenerationRequest, choice: Choice) -> list[dict | None]:
+    """The prompt's tokens scored as vLLM's prompt_logprobs: the first has none."""
+    prompt = list(choice.handle.request.prompt_token_ids)
+    seed = server.config.seed if req.seed is None else req.seed
+    count = req.prompt_logprobs or 0
+    scored = made_up.request_logprobs(seed, prompt, -len(prompt), prompt, count if count >= 0 else 20)
+    return vllm_logprobs.prompt_logprobs([None, *scored[1:]])
 
 
 def _echoed(req: GenerationRequest, choice: Choice) -> str:

@@ -142,3 +142,23 @@ def test_echo_puts_the_prompt_before_the_text_and_its_tokens_before_the_logprobs
     streamed = "".join(c["choices"][0]["text"] for c in _stream(
         engine.base_url, "/v1/completions", {"model": "tiny-llama", "prompt": prompt, "max_tokens": 3, "echo": True}))
     assert streamed.startswith(prompt) and len(streamed) > len(prompt)
+
+
+def test_prompt_logprobs_score_every_prompt_token_but_the_first(engine):
+    prompt = "Hello world, the quick brown fox"
+    choice = _post(engine.base_url, "/v1/completions", {"model": "tiny-llama", "prompt": prompt, "max_tokens": 2,
+                                                        "prompt_logprobs": 2})[1]["choices"][0]
+    scored = choice["prompt_logprobs"]
+    assert len(scored) == len(encode(prompt)) and scored[0] is None
+    for token_id, entry in zip(encode(prompt)[1:], scored[1:], strict=True):
+        assert str(token_id) in entry and 2 <= len(entry) <= 3  # the prompt's token and the 2 likeliest
+        assert all(set(v) == {"logprob", "rank", "decoded_token"} and v["logprob"] < 0 for v in entry.values())
+        assert sorted(v["rank"] for v in entry.values())[:2] == [1, 2]
+    chat = _post(engine.base_url, "/v1/chat/completions", {
+        "model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+        "prompt_logprobs": 1})[1]
+    assert chat["prompt_logprobs"][0] is None and all(len(e) >= 1 for e in chat["prompt_logprobs"][1:])
+    status, error = _post(engine.base_url, "/v1/completions", {"model": "tiny-llama", "prompt": prompt,
+                                                               "prompt_logprobs": 1, "stream": True})
+    assert status == 400 and error["error"]["message"].startswith(
+        "`prompt_logprobs` are not available when `stream=True`.")
