@@ -36,6 +36,7 @@ from bench.routing_quality.grid import (
     run_cell,
     workload,
 )
+from sim.fleet import KV_EVENTS_DELAY_S
 
 QUICK_REQUESTS = 40
 """Requests per workload in --quick mode: enough to exercise every cell, a few seconds each."""
@@ -152,9 +153,10 @@ def findings(rows: list[dict[str, Any]]) -> list[str]:
         lines.append(f"- {FOCUS_WORKLOAD}: `precise-prefix` hit rate {100 * pp['hit_rate']:.1f} % against "
                      f"`prefix-aware` {100 * pa['hit_rate']:.1f} %: {verdict}.")
     units = {"ttft_p99_s": (1e3, "ms", 0), "goodput_per_s": (1.0, "req/s", 2)}
+    shipped = [r for r in rows if not r.get("error") and ":" not in r["policy"]]  # variants are not the question
     for wl in dict.fromkeys(r["workload"] for r in rows):
-        ours = [r for r in rows if r["workload"] == wl and r["family"] == "flotilla" and not r.get("error")]
-        peers = [r for r in rows if r["workload"] == wl and r["family"] == "peer" and not r.get("error")]
+        ours = [r for r in shipped if r["workload"] == wl and r["family"] == "flotilla"]
+        peers = [r for r in shipped if r["workload"] == wl and r["family"] == "peer"]
         if not ours or not peers:
             continue
         parts = []
@@ -182,8 +184,10 @@ def markdown(rows: list[dict[str, Any]], cfg: FleetConfig, ideal: dict[str, floa
         "`--gpu-memory-utilization 0.9`, prefix caching on, sha256 block hashes), the real routing policy "
         f"objects, engine metrics scraped every {cfg.scrape_interval_s} s (the proxy's default), KV events "
         "delivered to a policy's index "
-        + (f"{cfg.kv_events_delay_s} s" if cfg.kv_events_delay_s is not None else "after the simulator's default delay")
-        + " after the engine step that made them.",
+        + f"{1e3 * (KV_EVENTS_DELAY_S if cfg.kv_events_delay_s is None else cfg.kv_events_delay_s):g} ms"
+        + " after the engine step that made them (the simulator's `--kv-events-delay`). A policy spec with "
+        "parameters (`NAME:key=value`) is a variant run with `--also`, not the policy as shipped; the "
+        "answers below leave variants out.",
         f"Goodput counts requests with TTFT ≤ {slo.ttft_s:g} s and TPOT ≤ {1e3 * (slo.tpot_s or 0):g} ms "
         "(H100 time), per second of the run; *SLO met* is their share. Prefix hit is prompt tokens served "
         "from the engines' prefix caches over all prompt tokens; *prefill max/mean* is the most prompt "

@@ -50,7 +50,8 @@ def table(cells: Sequence[Row], workload: str) -> str:
         if c.get("error"):
             out.append([c["policy"], c["family"], f"failed: {c['error']}", *["–"] * 7])
             continue
-        out.append([c["policy"], c["family"], fmt(c, "ttft_p50_s", _ms(c["ttft_p50_s"])),
+        kind = f"{c['family']}, variant" if ":" in c["policy"] else c["family"]
+        out.append([c["policy"], kind, fmt(c, "ttft_p50_s", _ms(c["ttft_p50_s"])),
                     fmt(c, "ttft_p99_s", _ms(c["ttft_p99_s"])), fmt(c, "e2e_p90_s", _ms(c["e2e_p90_s"])),
                     fmt(c, "goodput_per_s", _num(c["goodput_per_s"])), _pct(c["slo_attained"]),
                     fmt(c, "hit_rate", _pct(c["hit_rate"])),
