@@ -162,13 +162,23 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         raise ProxyError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
     strip_usage = p.config.stream_usage and parsed.stream and not _asks_usage(body)
     if strip_usage:
-        body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        raw = json.dumps(body).encode()
+        raw = with_usage_asked(raw, body)
     fwd = Forward(method="POST", path_qs=upstream_target(request), body=raw, info=parsed.info,
                   debug=request.headers.get("x-flotilla-debug") == "1", accounts_usage=True,
                   strip_usage=strip_usage)
     async with p.admission.slot(model):  # type: ignore[union-attr]  # both are set before the routes serve
         return await p.dispatcher.handle(request, fwd)  # type: ignore[union-attr]
+
+
+def with_usage_asked(raw: bytes, body: dict) -> bytes:
+    """The body with stream_options.include_usage set. Without stream_options the member is
+    spliced in before the closing brace (a long prompt is not serialised again); else the
+    parsed body is."""
+    end = len(raw.rstrip()) - 1  # a JSON object: its last non-space byte closes it
+    if "stream_options" not in body and raw[end - 1:end + 1] not in (b"\x00}", b"}\x00"):  # UTF-8, not 16/32
+        return raw[:end] + (b"," if body else b"") + b'"stream_options":{"include_usage":true}' + raw[end:]
+    body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+    return json.dumps(body).encode()
 
 
 def _asks_usage(body: dict) -> bool:

@@ -76,7 +76,8 @@ class PrefixAware(PrefixIndexedPolicy):
             return None
         hashes = block_hashes(request, self.shape)
         decision = self._decide(backends, hashes)
-        return self.decide(next(b for b in backends if b.index == decision.index), hashes, decision.rule)
+        return self.decide(next(b for b in backends if b.index == decision.index), hashes, decision.rule,
+                           decision.predicted_cached_tokens)
 
     def _decide(self, backends: Sequence[BackendView], hashes: list[int]) -> Decision:
         cfg = self.config
@@ -85,8 +86,8 @@ class PrefixAware(PrefixIndexedPolicy):
             return Decision(least_loaded(backends, cfg.signal).index, "load-guard")
         if hashes:
             best, matched = self._best_match(backends, loads, hashes)
-            if matched / len(hashes) > cfg.cache_threshold:
-                return Decision(best.index, "prefix-match")
+            if matched / len(hashes) > cfg.cache_threshold:  # the match, known: not looked up again
+                return Decision(best.index, "prefix-match", matched * cfg.block_size_tokens)
         return Decision(least_loaded(backends, cfg.signal).index, "least-load")
 
     def _best_match(

@@ -35,11 +35,13 @@ class PrefixIndexedPolicy(RoutingPolicy):
         self.shape = BlockShape(cfg.block_size_tokens, cfg.chars_per_token)
         self.index = PrefixIndex(cfg.default_capacity_tokens // cfg.block_size_tokens)
 
-    def decide(self, winner: BackendView, hashes: Sequence[int], rule: str) -> Decision:
-        """The decision for `winner`, predicting the prompt tokens it held; then the index
-        records it as holding every block of the prompt."""
+    def decide(self, winner: BackendView, hashes: Sequence[int], rule: str,
+               predicted: int | None = None) -> Decision:
+        """The decision for `winner`, predicting the prompt tokens it held (`predicted` when the
+        caller matched it already); then the index records it as holding every block of the prompt."""
         size = self.config.block_size_tokens
-        predicted = self.index.match(winner.url, hashes) * size
+        if predicted is None:
+            predicted = self.index.match(winner.url, hashes) * size
         self.index.record(winner, hashes, size)
         return Decision(winner.index, rule, predicted)
 

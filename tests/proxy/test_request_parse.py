@@ -80,6 +80,19 @@ def test_deep_nesting_and_numbers_that_are_not_finite_are_400_naming_where(raw: 
     assert exc.value.status == 400 and exc.value.param == param
 
 
+@pytest.mark.parametrize("raw", [
+    b'{"prompt": "x\\u00e9\\ud83d\\ude00 \xc3\xa9", "n": 123456789012345678901234567890, "t": 0.1}',
+    b'{"a": 1, "a": 2, "f": 9007199254740993.0, "g": 1.5e-320, "h": -0.0, "i": 1E2, "j": [true, null, {}]}',
+    b'\xef\xbb\xbf{"p": "after a byte order mark"}',  # json alone takes these three
+    b'{"p": "\\ud800"}',
+    b'{"p": "\xed\xa0\x80"}',
+])
+def test_bodies_parse_to_the_values_json_gives(raw: bytes) -> None:
+    import json  # the proxy parses with msgspec first, for speed; the values must be json's
+
+    assert repr(load_json_object(raw)) == repr(json.loads(raw))
+
+
 def test_nesting_up_to_the_limit_and_large_flat_arrays_are_fine() -> None:
     depth = MAX_JSON_DEPTH - 1  # the body object itself is the first level
     assert load_json_object(b'{"a": ' + b"[" * depth + b"]" * depth + b"}")
