@@ -26,9 +26,11 @@ from policies.routing.validation import (
 
 @dataclass(frozen=True)
 class PrecisePrefixConfig:
-    signal: str = "waiting"
-    """Load signal of the bound: `waiting` is the engine's scraped queue plus the requests the
-    router sent since that scrape (the router's in-flight count before the first scrape)."""
+    signal: str = "in_flight"
+    """Load signal of the bound and of the least-load placement: by default the router's own
+    count of outstanding requests, exact at pick time. Not the scraped `waiting`: an engine with
+    room runs every request at once, so its queue reads 0 and ties everywhere while the work
+    piles up (bench/routing_quality: 3.5x the mean prefill on one replica of eight)."""
     balance_abs_threshold: float = 8
     """A backend is out of bounds when its load exceeds the least loaded backend's by more than
     this, in `signal` units..."""
@@ -65,16 +67,24 @@ class PrecisePrefix(KVIndexUser, PrefixIndexedPolicy):
     `prompt_token_ids`, which the router computes as the engine does; without them nothing
     matches). For any other backend, the approximate own-decision index in blocks of
     block_size_tokens (token ids, else block_size_tokens x chars_per_token characters).
+    Useful match: a backend's cached prefix less the shortest one among the candidates. Blocks
+    every backend holds (a system prompt all requests start with) cannot tell backends apart,
+    so they count as no information, as in llm-d, whose min-max normalised prefix score is
+    equal on all pods then and lets its queue and KV scorers decide.
     Load bound: a backend is out of bounds when its `signal` exceeds the least loaded
     backend's by more than balance_abs_threshold and is more than balance_rel_threshold times
-    it; the least loaded backend is never out of bounds.
+    it (SGLang's two-part test, per backend); the least loaded backend is never out of bounds.
+    Order among equals ("less loaded"): least `signal`, then fewest reserved tokens
+    (`in_flight_tokens`), then fewest prefill tokens computed so far, then the lower index, so
+    that requests tied on everything the router counts still spread instead of herding onto
+    the lowest index.
     Rules:
-    - `precise-match` / `approx-match`: the longest cached prefix among the backends within
-      bounds (ties to the less loaded, then the lower index), found in the event index or the
-      approximate one;
-    - `load-bound`: as above, but a longer prefix is cached on a backend out of bounds;
-    - `least-load`: no backend within bounds holds any of the prefix: least `signal`, ties to
-      the lowest index.
+    - `precise-match` / `approx-match`: the longest useful match among the backends within
+      bounds (ties to the less loaded), found in the event index or the approximate one;
+    - `load-bound`: as above, but a longer match is on a backend out of bounds;
+    - `least-load`: no backend within bounds has a useful match: the less loaded (Dynamo's cost
+      with equal overlaps, and SGLang's shortest-queue fallback).
+    The predicted cached tokens are the winner's whole cached prefix, shared blocks included.
     """
 
     config: PrecisePrefixConfig
@@ -85,16 +95,17 @@ class PrecisePrefix(KVIndexUser, PrefixIndexedPolicy):
         cfg = self.config
         loads = [load_of(b, cfg.signal) for b in backends]
         cached, approx = self._cached_tokens(backends, request)
-        least = min(loads)
+        least, floor = min(loads), min(cached.values())
         ranked = sorted(zip(backends, loads, strict=True),
-                        key=lambda bl: (-cached[bl[0].index], bl[1], bl[0].index))
+                        key=lambda bl: (-cached[bl[0].index], bl[1], bl[0].in_flight_tokens,
+                                        bl[0].prefill_tokens, bl[0].index))
         winner, _ = next((b, load) for b, load in ranked
                          if not out_of_bounds(load, least, cfg.balance_abs_threshold, cfg.balance_rel_threshold))
         tokens = cached[winner.index]
-        if tokens == 0:
-            rule = "least-load"
-        elif tokens < cached[ranked[0][0].index]:
+        if tokens < cached[ranked[0][0].index]:
             rule = "load-bound"
+        elif tokens == floor:
+            rule = "least-load"
         else:
             rule = "precise-match" if winner.index not in approx else "approx-match"
         if winner.index in approx:
