@@ -19,8 +19,6 @@ ESCAPES = (
     (re.compile(r"(?:^|[\s\"'=(:,])\.\./"), "a relative path climbing out with ../"),
     (re.compile(r"/\s*[\"']\.\.[\"']|Path\([\"']\.\.[\"']\)|\bos\.pardir\b"), "a '..' path component"),
     (re.compile(r"\b(?:REPO|REPO_ROOT|ROOT|repo|repo_root)\.parent\b"), "the parent of the repository root"),
-    # the folder that holds this clone, however it is spelled on this machine: read at run time
-    (re.compile(rf"(?<![\w.-]){re.escape(str(REPO.parent))}/"), "an absolute path beside the repository"),
 )
 """What a line reaching outside the repository looks like, and why it does."""
 
@@ -40,10 +38,25 @@ def levels_up(line: str) -> int:
     return up
 
 
+def names_a_sibling(line: str, parent: Path = REPO.parent, repo_name: str = REPO.name) -> bool:
+    """Whether `line` spells an absolute path into a folder or file that sits beside the repository
+    on this machine (the folder holding the clone is read at run time, however it is spelled). Only
+    siblings that exist count: a clone in a shared folder such as /tmp must not fail on container
+    paths like /tmp/requirements.txt; one at the file-system root has no siblings to name."""
+    if parent == Path(parent.anchor):
+        return False
+    for match in re.finditer(rf"(?<![\w.-]){re.escape(str(parent))}/([\w.-]+)", line):
+        if match.group(1) != repo_name and (parent / match.group(1)).exists():
+            return True
+    return False
+
+
 def escapes(rel: Path, line: str) -> str | None:
     """Why `line` of the file at `rel` (relative to the repository) reaches outside it, or None."""
     if levels_up(line) > len(rel.parts):
         return f"climbs {levels_up(line)} folders above {rel}, past the repository root"
+    if names_a_sibling(line):
+        return "an absolute path beside the repository"
     return next((why for pattern, why in ESCAPES if pattern.search(line)), None)
 
 
@@ -87,7 +100,6 @@ def test_the_inputs_the_tests_compare_against_are_in_the_repository() -> None:
     ("tests/a/b.py", "HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))"),
     ("tests/a/b.py", "REPO = Path(__file__).resolve().parents[2].parent"),
     ("Makefile", "\tcp ../beside/calibration/x.json tests/data/"),
-    ("tests/a/b.py", f'CAPTURE = Path("{REPO.parent}/beside/real-engines/vllm/x.http")'),
     ("tests/a/b.py", 'p = Path("..") / "elsewhere"'),
 ])
 def test_each_way_out_of_the_repository_is_caught(rel: str, line: str) -> None:
@@ -106,3 +118,17 @@ def test_each_way_out_of_the_repository_is_caught(rel: str, line: str) -> None:
 ])
 def test_paths_inside_the_repository_and_ordinary_text_pass(rel: str, line: str) -> None:
     assert escapes(Path(rel), line) is None
+
+
+def test_an_absolute_path_into_a_sibling_of_the_clone_is_caught_and_one_that_names_nothing_there_passes(
+        tmp_path: Path) -> None:
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "shared" / "traces").mkdir(parents=True)
+    beside = dict(parent=tmp_path, repo_name="repo")
+    assert names_a_sibling(f'TRACE = Path("{tmp_path}/shared/traces/a.csv")', **beside)
+    assert names_a_sibling(f"cp {tmp_path}/shared/x.json tests/data/", **beside)
+    # a clone in a shared scratch folder: paths there that name nothing beside it are someone's data
+    assert not names_a_sibling(f'"--download-dir", "{tmp_path}/hf",', **beside)
+    assert not names_a_sibling(f'"endpoint": "ipc://{tmp_path}/kv.sock"', **beside)
+    assert not names_a_sibling(f'ROOT = "{tmp_path}/repo/tests"', **beside)
+    assert not names_a_sibling("COPY /requirements.txt /tmp/", parent=Path("/"), repo_name="repo")
