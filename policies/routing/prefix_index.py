@@ -105,7 +105,8 @@ def _text_hashes(text: str, block_chars: int, seed: int) -> list[int]:
     with np.errstate(over="ignore"):  # arithmetic mod 2**64 is the point
         per_block = np.einsum("ij,j->i", chars, _KEYS.chars[:block_chars])  # quicker than @ for integers
         chained = np.cumsum(per_block * _KEYS.blocks[:n], dtype=np.uint64)
-    return (chained ^ _KEYS.links[:n] ^ np.uint64(seed)).tolist()
+    hashes: list[int] = (chained ^ _KEYS.links[:n] ^ np.uint64(seed)).tolist()
+    return hashes
 
 
 class PrefixIndex:
