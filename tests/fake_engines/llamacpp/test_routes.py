@@ -143,7 +143,9 @@ async def test_two_slots_and_five_requests_defer_three():
 
 
 async def test_mixed_lora_requests_take_turns_and_same_lora_requests_share_steps(tmp_path):
-    config = _config(time_scale=0.05, loras=[(str(tmp_path / "a.gguf"), 0.0), (str(tmp_path / "b.gguf"), 0.0)])
+    # modelled time at wall speed: a step lasts milliseconds, so the two requests of a wave start
+    # within a step or two of each other even on a busy machine
+    config = _config(time_scale=1.0, loras=[(str(tmp_path / "a.gguf"), 0.0), (str(tmp_path / "b.gguf"), 0.0)])
     running, base = await _served(config)
     try:
         async with aiohttp.ClientSession() as session:
@@ -158,7 +160,9 @@ async def test_mixed_lora_requests_take_turns_and_same_lora_requests_share_steps
                     decodes.append(value(await resp.text(), "llamacpp:n_decode_total") - before)
     finally:
         await running.close()
-    assert decodes[0] <= 41  # one decode per token, both requests in every step
+    # same adapter: both requests ride the same steps (41 when they start together; a late start
+    # on a loaded machine adds a few), far below the 79 that taking turns needs
+    assert decodes[0] <= 60
     assert decodes[1] >= 79  # different adapters never share a step: twice the steps
 
 
