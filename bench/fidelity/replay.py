@@ -17,14 +17,14 @@ ACCEPTED with its reason); the summary counts them.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+from bench.fidelity.items import Item
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPTURES = ROOT / "tests" / "data" / "real-engines"
@@ -33,17 +33,6 @@ LONG_PROMPT = "abcd" * 3001
 
 ACCEPTED: dict[tuple[str, str], str] = {}
 """(engine, capture) -> why the look-alike differs on purpose (docs/fidelity.md lists them); none now."""
-
-
-@dataclass(frozen=True)
-class Item:
-    """One capture and what the look-alike did with it."""
-
-    engine: str
-    name: str
-    verdict: str
-    """matched, differs, accepted."""
-    detail: str = ""
 
 
 def index_rows(engine: str) -> list[tuple[str, str, str, int]]:
@@ -100,7 +89,8 @@ def captured(engine: str, name: str) -> tuple[int, Any, bytes | None, str]:
     return status, body_shape(ctype, body), request, "text/plain" if "text_plain" in name else "application/json"
 
 
-async def _replay_engine(engine: str, base: str) -> list[Item]:
+async def replay_engine(engine: str, base: str) -> list[Item]:
+    """Every request row of the engine's INDEX.md sent in order to the look-alike at base."""
     items = []
     async with aiohttp.ClientSession() as session:
         for name, method, path, _ in index_rows(engine):
@@ -124,42 +114,3 @@ def _verdict(engine: str, name: str, status: int, expected: Any, got_status: int
         missing, extra = sorted(expected[1] - got[1]), sorted(got[1] - expected[1])
         return Item(engine, name, "differs", f"metric families missing {missing[:5]} extra {extra[:5]}")
     return Item(engine, name, "differs", "body shape")
-
-
-async def replay_all() -> list[Item]:
-    """Start both look-alikes as the captures' engines were started and replay every capture."""
-    from fake_engines.llamacpp.config import LlamaServerConfig
-    from fake_engines.llamacpp.server import start_llama
-    from fake_engines.vllm.config import VllmServeConfig
-    from fake_engines.vllm.server import start_vllm
-
-    items: list[Item] = []
-    vllm = await start_vllm(VllmServeConfig(model="llama-3.1-8b", served_model_name="tiny-llama", port=0,
-                                            time_scale=0.01, max_model_len=2048, max_num_seqs=2), cold_start=False)
-    try:
-        await vllm.wait_ready()
-        items += await _replay_engine("vllm", f"http://127.0.0.1:{vllm.port}")
-    finally:
-        await vllm.close()
-    llama = await start_llama(LlamaServerConfig(model="llama-3.1-8b-F16.gguf", alias="/srv/mdls/tiny.gguf", port=0,
-                                                time_scale=0.01, n_parallel=2, n_ctx=2048, metrics=True),
-                              cold_start=False)
-    try:
-        await llama.wait_ready()
-        items += await _replay_engine("llama.cpp", f"http://127.0.0.1:{llama.port}")
-    finally:
-        await llama.close()
-    return items
-
-
-def summary(items: list[Item]) -> dict[str, int]:
-    """Counts by verdict."""
-    out = {"matched": 0, "accepted": 0, "differs": 0}
-    for item in items:
-        out[item.verdict] += 1
-    return out
-
-
-def run() -> list[Item]:
-    """replay_all on a fresh event loop."""
-    return asyncio.run(replay_all())
