@@ -1,16 +1,25 @@
 """The whole fidelity count: both look-alikes started as the real engines were, then, per engine,
-every capture replayed (bench.fidelity.replay), its error rows (bench.fidelity.tables), the metric
+every capture replayed (bench.fidelity.replay; the vLLM LoRA run on a look-alike of its own), its error rows (bench.fidelity.tables), the metric
 families of its last `/metrics` capture against the look-alike's `/metrics` after the same requests,
 and the openai SDK's calls (bench.fidelity.sdk)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import aiohttp
 
 from bench.fidelity import replay, sdk, tables
 from bench.fidelity.items import Item
+from fake_engines.vllm.app import RUNTIME_LORA_ENV
+
+LORA_RUN = "vllm/lora"
+"""The LoRA capture run's folder, replayed as a run of its own."""
 
 ACCEPTED_METRICS: dict[tuple[str, str], str] = {}
 """(engine, family) -> why the look-alike's family differs on purpose (docs/fidelity.md lists them)."""
@@ -18,7 +27,7 @@ ACCEPTED_METRICS: dict[tuple[str, str], str] = {}
 
 def last_metrics_capture(engine: str) -> str:
     """The body of the engine's last `/metrics` capture of the main run."""
-    name = [n for n, _, path, _ in replay.index_rows(engine) if path == "/metrics"][-1]
+    name = [n for n, _, path in replay.index_rows(engine) if path == "/metrics"][-1]
     raw = (replay.CAPTURES / engine / f"{name}.http").read_text(errors="replace")
     return raw.split("\n\n", 1)[1] if "\n\n" in raw else raw.split("\r\n\r\n", 1)[1]
 
@@ -30,10 +39,13 @@ async def engine_items(engine: str, base: str) -> list[Item]:
     statuses = {(engine, name): replay.captured(engine, name)[0] for name, *_ in replay.index_rows(engine)}
     rows = [row for row in tables.error_rows() if row[0] == engine]
     items = captures + tables.error_items(rows, captures, statuses)
-    async with aiohttp.ClientSession() as session, session.get(base + "/metrics") as resp:
-        exported = await resp.text()
-    items += tables.metric_items(engine, last_metrics_capture(engine), exported, ACCEPTED_METRICS)
+    items += tables.metric_items(engine, last_metrics_capture(engine), await _scrape(base), ACCEPTED_METRICS)
     return items + await sdk.sdk_items(engine, base)
+
+
+async def _scrape(base: str) -> str:
+    async with aiohttp.ClientSession() as session, session.get(base + "/metrics") as resp:
+        return await resp.text()
 
 
 async def all_items() -> list[Item]:
@@ -51,6 +63,7 @@ async def all_items() -> list[Item]:
         items += await engine_items("vllm", f"http://127.0.0.1:{vllm.port}")
     finally:
         await vllm.close()
+    items += await lora_items()
     llama = await start_llama(LlamaServerConfig(model="llama-3.1-8b-F16.gguf", alias="/srv/mdls/tiny.gguf", port=0,
                                                 time_scale=0.01, n_parallel=2, n_ctx=2048, metrics=True),
                               cold_start=False)
@@ -60,6 +73,46 @@ async def all_items() -> list[Item]:
     finally:
         await llama.close()
     return items
+
+
+async def lora_items() -> list[Item]:
+    """The LoRA run replayed against a look-alike started as it was (`--enable-lora --max-loras 2
+    --max-lora-rank 8 --lora-modules lora-a=...`, runtime adapter updates allowed), its adapter
+    directories made here; then the families its last `/metrics` has beyond the main run's
+    (`vllm:lora_requests_info`)."""
+    from fake_engines.vllm.config import VllmServeConfig
+    from fake_engines.vllm.server import start_vllm
+
+    with tempfile.TemporaryDirectory() as adapters, _environ(RUNTIME_LORA_ENV, "True"):
+        for name in ("lora-a", "lora-b"):
+            Path(adapters, name).mkdir()
+        config = VllmServeConfig(model="llama-3.1-8b", served_model_name="tiny-llama", port=0, time_scale=0.01,
+                                 max_model_len=2048, max_num_seqs=2, enable_lora=True, max_loras=2, max_lora_rank=8,
+                                 lora_modules={"lora-a": str(Path(adapters, "lora-a"))})
+        vllm = await start_vllm(config, cold_start=False)
+        try:
+            await vllm.wait_ready()
+            base = f"http://127.0.0.1:{vllm.port}"
+            items = await replay.replay_engine(LORA_RUN, base, paths={"/srv/mdls/loras": adapters})
+            main_run = tables.exported_families(last_metrics_capture("vllm"))
+            return items + tables.metric_items(LORA_RUN, last_metrics_capture(LORA_RUN), await _scrape(base),
+                                               ACCEPTED_METRICS, counted=main_run)
+        finally:
+            await vllm.close()
+
+
+@contextmanager
+def _environ(name: str, value: str) -> Iterator[None]:
+    """The variable set while the look-alike is made (vLLM reads VLLM_ALLOW_RUNTIME_LORA_UPDATING so)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
 
 
 def run() -> list[Item]:

@@ -35,15 +35,18 @@ ACCEPTED: dict[tuple[str, str], str] = {}
 """(engine, capture) -> why the look-alike differs on purpose (docs/fidelity.md lists them); none now."""
 
 
-def index_rows(engine: str) -> list[tuple[str, str, str, int]]:
-    """(name, method, path, status) of every request row of the engine's INDEX.md with its file here."""
+def index_rows(engine: str) -> list[tuple[str, str, str]]:
+    """(name, method, path) of every request row of the run's INDEX.md with its file here (the main
+    runs' rows name the capture, the LoRA run's its file and carry the request body, kept here as
+    the capture's `.req.json`)."""
     rows = []
     for line in (CAPTURES / engine / "INDEX.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) < 4 or not re.match(r"^\d{3}_", cells[0]) or cells[1] == "-":
+        name = cells[0].removesuffix(".http")
+        if len(cells) < 4 or not re.match(r"^\d{3}_", name) or cells[1] == "-":
             continue
-        if (CAPTURES / engine / f"{cells[0]}.http").exists():
-            rows.append((cells[0], cells[1], cells[2].strip("`"), int(cells[3])))
+        if (CAPTURES / engine / f"{name}.http").exists():
+            rows.append((name, cells[1], cells[2].strip("`")))
     return rows
 
 
@@ -89,12 +92,15 @@ def captured(engine: str, name: str) -> tuple[int, Any, bytes | None, str]:
     return status, body_shape(ctype, body), request, "text/plain" if "text_plain" in name else "application/json"
 
 
-async def replay_engine(engine: str, base: str) -> list[Item]:
-    """Every request row of the engine's INDEX.md sent in order to the look-alike at base."""
+async def replay_engine(engine: str, base: str, paths: dict[str, str] | None = None) -> list[Item]:
+    """Every request row of the engine's INDEX.md sent in order to the look-alike at base; `paths`
+    maps a captured machine's directory to one here (the LoRA run's adapters)."""
     items = []
     async with aiohttp.ClientSession() as session:
-        for name, method, path, _ in index_rows(engine):
+        for name, method, path in index_rows(engine):
             status, expected, request, ctype = captured(engine, name)
+            for theirs, ours in (paths or {}).items():
+                request = request.replace(theirs.encode(), ours.encode()) if request is not None else None
             headers = {"Content-Type": ctype} if request is not None else {}
             async with session.request(method, base + path, data=request, headers=headers) as resp:
                 text = (await resp.read()).decode("utf-8", errors="replace")

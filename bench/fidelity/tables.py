@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from bench.fidelity.items import Item
@@ -76,12 +76,15 @@ def _family_of(sample: str, types: dict[str, str]) -> str | None:
     return None
 
 
-def metric_items(engine: str, real_text: str, exported_text: str,
-                 accepted: dict[tuple[str, str], str]) -> list[Item]:
-    """One item per family of the real exposition, against the look-alike's."""
+def metric_items(engine: str, real_text: str, exported_text: str, accepted: dict[tuple[str, str], str],
+                 counted: Collection[str] = ()) -> list[Item]:
+    """One item per family of the real exposition, against the look-alike's; families in `counted`
+    (another run's, already counted) are left out."""
     got = exported_families(exported_text)
     items = []
     for name, (kind, labels) in exported_families(real_text).items():
+        if name in counted:
+            continue
         if name not in got:
             verdict, detail = "missing", "not exported"
         elif got[name] != (kind, labels):

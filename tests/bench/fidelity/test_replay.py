@@ -3,7 +3,7 @@ counted against the look-alikes."""
 
 from __future__ import annotations
 
-from bench.fidelity.harness import ACCEPTED_METRICS, run
+from bench.fidelity.harness import ACCEPTED_METRICS, LORA_RUN, run
 from bench.fidelity.items import Item, summary
 from bench.fidelity.replay import ACCEPTED, body_shape, index_rows, shape
 from bench.fidelity.sdk import CALLS
@@ -13,8 +13,8 @@ from bench.fidelity.tables import error_items, error_rows, exported_families, me
 def test_every_capture_error_row_metric_family_and_sdk_call_matches_or_is_an_accepted_difference():
     items = run()
     counts = summary(items)
-    assert counts["capture"]["matched"] + counts["capture"]["accepted"] == len(index_rows("vllm")) + len(
-        index_rows("llama.cpp")) >= 120
+    runs = ("vllm", "llama.cpp", LORA_RUN)
+    assert counts["capture"]["matched"] + counts["capture"]["accepted"] == sum(len(index_rows(r)) for r in runs) >= 140
     assert sum(counts["error"].values()) == len(error_rows()) == 50
     assert sum(counts["metric"].values()) >= 100
     assert sum(counts["sdk"].values()) == sum(len(c) for c in CALLS.values()) == 12
@@ -65,3 +65,4 @@ def test_a_metric_family_matches_on_name_type_and_label_names_only():
             '# TYPE g counter\ng 3\n')
     verdicts = {i.name: i.verdict for i in metric_items("vllm", real, fake, {("vllm", "g"): "why"})}
     assert verdicts == {"h": "matched", "c_total": "differs", "c_created": "missing", "g": "accepted"}
+    assert [i.name for i in metric_items("vllm", real, fake, {}, counted={"h", "c_total", "g"})] == ["c_created"]
