@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -48,30 +49,55 @@ async def _scrape(base: str) -> str:
         return await resp.text()
 
 
-async def all_items() -> list[Item]:
-    """Start both look-alikes as the captures' engines were started and count every item."""
-    from fake_engines.llamacpp.config import LlamaServerConfig
-    from fake_engines.llamacpp.server import start_llama
+@asynccontextmanager
+async def _vllm(**flags: Any) -> AsyncIterator[str]:
+    """A look-alike vLLM started as the capture runs' (`--max-model-len 2048 --max-num-seqs 2`,
+    served as tiny-llama) plus `flags`; yields its base URL."""
     from fake_engines.vllm.config import VllmServeConfig
     from fake_engines.vllm.server import start_vllm
 
+    config = VllmServeConfig(model="llama-3.1-8b", served_model_name="tiny-llama", port=0, time_scale=0.01,
+                             max_model_len=2048, max_num_seqs=2, **flags)
+    engine = await start_vllm(config, cold_start=False)
+    try:
+        await engine.wait_ready()
+        yield f"http://127.0.0.1:{engine.port}"
+    finally:
+        await engine.close()
+
+
+@asynccontextmanager
+async def _llama(alias: str) -> AsyncIterator[str]:
+    """A look-alike llama-server started as the capture runs' (`-np 2 -c 2048 --metrics`); yields its
+    base URL."""
+    from fake_engines.llamacpp.config import LlamaServerConfig
+    from fake_engines.llamacpp.server import start_llama
+
+    config = LlamaServerConfig(model="llama-3.1-8b-F16.gguf", alias=alias, port=0, time_scale=0.01, n_parallel=2,
+                               n_ctx=2048, metrics=True)
+    engine = await start_llama(config, cold_start=False)
+    try:
+        await engine.wait_ready()
+        yield f"http://127.0.0.1:{engine.port}"
+    finally:
+        await engine.close()
+
+
+async def all_items() -> list[Item]:
+    """Start a look-alike per capture run as the run's engine was started and count every item.
+
+    The slow-model runs (a 70M model, same flags) are replayed for their request rows only: their
+    disconnect and concurrency tests between those rows are timing, which other tests check."""
     items: list[Item] = []
-    vllm = await start_vllm(VllmServeConfig(model="llama-3.1-8b", served_model_name="tiny-llama", port=0,
-                                            time_scale=0.01, max_model_len=2048, max_num_seqs=2), cold_start=False)
-    try:
-        await vllm.wait_ready()
-        items += await engine_items("vllm", f"http://127.0.0.1:{vllm.port}")
-    finally:
-        await vllm.close()
+    async with _vllm() as base:
+        items += await engine_items("vllm", base)
+    async with _vllm() as base:
+        items += await replay.replay_engine("vllm/slow-model", base)
     items += await lora_items()
-    llama = await start_llama(LlamaServerConfig(model="llama-3.1-8b-F16.gguf", alias="/srv/mdls/tiny.gguf", port=0,
-                                                time_scale=0.01, n_parallel=2, n_ctx=2048, metrics=True),
-                              cold_start=False)
-    try:
-        await llama.wait_ready()
-        items += await engine_items("llama.cpp", f"http://127.0.0.1:{llama.port}")
-    finally:
-        await llama.close()
+    async with _llama("/srv/mdls/tiny.gguf") as base:
+        items += await engine_items("llama.cpp", base)
+    async with _llama("/srv/mdls/tiny-slow.gguf") as base:
+        items += await replay.replay_engine("llama.cpp/slow-model", base)
     return items
 
 
@@ -80,25 +106,15 @@ async def lora_items() -> list[Item]:
     --max-lora-rank 8 --lora-modules lora-a=...`, runtime adapter updates allowed), its adapter
     directories made here; then the families its last `/metrics` has beyond the main run's
     (`vllm:lora_requests_info`)."""
-    from fake_engines.vllm.config import VllmServeConfig
-    from fake_engines.vllm.server import start_vllm
-
     with tempfile.TemporaryDirectory() as adapters, _environ(RUNTIME_LORA_ENV, "True"):
         for name in ("lora-a", "lora-b"):
             Path(adapters, name).mkdir()
-        config = VllmServeConfig(model="llama-3.1-8b", served_model_name="tiny-llama", port=0, time_scale=0.01,
-                                 max_model_len=2048, max_num_seqs=2, enable_lora=True, max_loras=2, max_lora_rank=8,
-                                 lora_modules={"lora-a": str(Path(adapters, "lora-a"))})
-        vllm = await start_vllm(config, cold_start=False)
-        try:
-            await vllm.wait_ready()
-            base = f"http://127.0.0.1:{vllm.port}"
+        async with _vllm(enable_lora=True, max_loras=2, max_lora_rank=8,
+                         lora_modules={"lora-a": str(Path(adapters, "lora-a"))}) as base:
             items = await replay.replay_engine(LORA_RUN, base, paths={"/srv/mdls/loras": adapters})
             main_run = tables.exported_families(last_metrics_capture("vllm"))
             return items + tables.metric_items(LORA_RUN, last_metrics_capture(LORA_RUN), await _scrape(base),
                                                ACCEPTED_METRICS, counted=main_run)
-        finally:
-            await vllm.close()
 
 
 @contextmanager
