@@ -1,7 +1,7 @@
-"""The whole fidelity count: both look-alikes started as the real engines were, then, per engine,
-every capture replayed (bench.fidelity.replay; the vLLM LoRA run on a look-alike of its own), its error rows (bench.fidelity.tables), the metric
-families of its last `/metrics` capture against the look-alike's `/metrics` after the same requests,
-and the openai SDK's calls (bench.fidelity.sdk)."""
+"""The whole fidelity count: a look-alike per capture run, started as the run's engine was, then
+every capture of the run replayed (bench.fidelity.replay) and, for the main runs, their error rows
+(bench.fidelity.tables), the metric families of their last `/metrics` capture against the
+look-alike's `/metrics` after the same requests, and the openai SDK's calls (bench.fidelity.sdk)."""
 
 from __future__ import annotations
 
@@ -27,10 +27,9 @@ ACCEPTED_METRICS: dict[tuple[str, str], str] = {}
 
 
 def last_metrics_capture(engine: str) -> str:
-    """The body of the engine's last `/metrics` capture of the main run."""
+    """The body of the run's last `/metrics` capture."""
     name = [n for n, _, path in replay.index_rows(engine) if path == "/metrics"][-1]
-    raw = (replay.CAPTURES / engine / f"{name}.http").read_text(errors="replace")
-    return raw.split("\n\n", 1)[1] if "\n\n" in raw else raw.split("\r\n\r\n", 1)[1]
+    return replay.capture_body(engine, name)
 
 
 async def engine_items(engine: str, base: str) -> list[Item]:

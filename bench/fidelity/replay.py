@@ -78,6 +78,13 @@ def body_shape(content_type: str, body: str) -> Any:
         return ("text",)
 
 
+def capture_body(engine: str, name: str) -> str:
+    """The response body of one capture (what follows its headers)."""
+    raw = (CAPTURES / engine / f"{name}.http").read_text(errors="replace")
+    parts = re.split(r"\r?\n\r?\n", raw, maxsplit=1)
+    return parts[1] if len(parts) == 2 else ""
+
+
 def captured(engine: str, name: str) -> tuple[int, Any, bytes | None, str]:
     """(status, body shape, request body, request content type) of one capture."""
     raw = (CAPTURES / engine / f"{name}.http").read_bytes().decode("utf-8", errors="replace")

@@ -11,7 +11,6 @@ alike and only what the client sees is compared.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import openai
@@ -19,7 +18,7 @@ from openai.types import Completion, Model
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from bench.fidelity.items import Item
-from bench.fidelity.replay import CAPTURES, shape
+from bench.fidelity.replay import CAPTURES, capture_body, shape
 
 CALLS: dict[str, list[tuple[str, str]]] = {
     "vllm": [("models.list", "004_v1_models"), ("completions.create", "014_completions_nonstream"),
@@ -47,8 +46,7 @@ def sdk_shape(objects: list[Any]) -> tuple:
 
 def captured_objects(engine: str, capture: str, call: str) -> list[Any]:
     """The capture's body as the SDK parses it."""
-    raw = (CAPTURES / engine / f"{capture}.http").read_text(errors="replace")
-    body = re.split(r"\r?\n\r?\n", raw, maxsplit=1)[1]
+    body = capture_body(engine, capture)
     if call == "models.list":
         return [Model.construct(**m) for m in json.loads(body)["data"]]
     events = [line[6:] for line in body.splitlines() if line.startswith("data: ") and line[6:].strip() != "[DONE]"]
