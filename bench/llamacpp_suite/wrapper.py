@@ -1,0 +1,58 @@
+"""The binary named by LLAMA_SERVER_BIN_PATH: fake-llama-server with only model downloads mapped.
+
+Nothing can be downloaded here, so `--hf-repo`/`--hf-file`/`--model-url` and a `-m` naming a file that
+does not exist become `-m` of a catalogue model; every other flag passes through as the tests give it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+CATALOGUE_MODEL = "llama-3.2-1b-Q8_0.gguf"
+"""What a download becomes: a small catalogue model, named the way fake-llama-server's -m accepts."""
+
+DOWNLOAD_FLAGS = frozenset({"-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-mu", "--model-url"})
+MODEL_FLAGS = frozenset({"-m", "--model"})
+
+
+def map_model_args(argv: list[str], exists: Callable[[str], bool] = os.path.exists) -> list[str]:
+    """argv with download flags dropped and a missing -m file replaced; one -m of the catalogue model
+    stands for them. A command line without any model (router mode) is left as it is."""
+    out: list[str] = []
+    wants_model = False
+    i = 0
+    while i < len(argv):
+        flag = argv[i]
+        value = argv[i + 1] if i + 1 < len(argv) else None
+        if flag in DOWNLOAD_FLAGS and value is not None:
+            wants_model = True
+            i += 2
+            continue
+        if flag in MODEL_FLAGS and value is not None and not exists(value):
+            wants_model = True
+            i += 2
+            continue
+        if flag in MODEL_FLAGS:
+            wants_model = False  # a real file: it stands for the model
+            out.extend(argv[i:i + 2])
+            i += 2
+            continue
+        out.append(flag)
+        i += 1
+    has_model = any(flag in MODEL_FLAGS for flag in out)
+    if wants_model and not has_model:
+        out.extend(["-m", CATALOGUE_MODEL])
+    return out
+
+
+def main() -> None:
+    from fake_engines.llamacpp.cli import main as fake_main
+
+    sys.argv[0] = "fake-llama-server"
+    raise SystemExit(fake_main(map_model_args(sys.argv[1:])))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.llamacpp_suite.wrapper import CATALOGUE_MODEL, map_model_args
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def nothing_exists(_: str) -> bool:
+    return False
+
+
+def test_hf_repo_and_file_become_one_catalogue_model_and_other_flags_pass_through():
+    argv = ["--port", "8080", "--temp", "0.8", "--hf-repo", "ggml-org/models", "--hf-file", "x/y.gguf",
+            "--embedding", "--no-jinja"]
+    assert map_model_args(argv, nothing_exists) == [
+        "--port", "8080", "--temp", "0.8", "--embedding", "--no-jinja", "-m", CATALOGUE_MODEL]
+
+
+def test_missing_model_file_is_replaced_and_an_existing_one_kept(tmp_path):
+    assert map_model_args(["-m", "../models/a.gguf", "-c", "512"], nothing_exists) == [
+        "-c", "512", "-m", CATALOGUE_MODEL]
+    real = tmp_path / "m.gguf"
+    real.write_bytes(b"GGUF")
+    assert map_model_args(["--hf-repo", "r", "--model", str(real)]) == ["--model", str(real)]
+
+
+def test_a_command_line_without_any_model_stays_without_one():
+    # router mode (no -m, --models-dir) is a difference to measure, not to paper over
+    argv = ["--port", "8080", "--models-dir", "/tmp/presets", "--no-models-autoload"]
+    assert map_model_args(argv, nothing_exists) == argv
+
+
+def test_wrapper_starts_the_look_alike_with_mapped_flags():
+    # --print-config resolves the config and exits: proves the catalogue model and passed flags are accepted
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-m", "bench.llamacpp_suite.wrapper", "--hf-repo",
+                          "ggml-org/test-model-stories260K", "--temp", "0.8", "--no-jinja", "-c", "512",
+                          "--print-config"], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "llama-3.2-1b" in out.stdout
