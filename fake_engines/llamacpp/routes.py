@@ -23,6 +23,7 @@ from fake_engines.driver.serving import json_body, write_sse
 from fake_engines.driver.stops import cut_at_stop
 from fake_engines.llamacpp import shapes
 from fake_engines.llamacpp.app import SERVER_KEY, LlamaServer
+from fake_engines.llamacpp.chat_checks import check_chat_body
 from fake_engines.llamacpp.errors import LlamaError, max_tokens, parse_json, typed
 from fake_engines.llamacpp.telemetry import request_timings
 
@@ -88,6 +89,7 @@ def _prompt(body: dict, kind: str) -> str | list[int]:
             raise LlamaError(400, "'messages' is required")
         if not isinstance(body["messages"], list):
             raise LlamaError(400, "Expected 'messages' to be an array")
+        check_chat_body(body)
         return chat_prompt(body["messages"])
     if "prompt" not in body:
         raise LlamaError(400, "[json.exception.out_of_range.403] key 'prompt' not found")
