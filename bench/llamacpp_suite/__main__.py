@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     tests = fetch_tests(args.home)
     python = ensure_venv(args.home, tests)
     wrapper = write_wrapper(args.home)
+    (tests / "tmp").mkdir(exist_ok=True)  # LLAMA_CACHE=tmp: the real server creates it with its first download
     files = args.files or sorted(str(f.relative_to(tests)) for f in (tests / "unit").glob("test_*.py"))
     args.out.mkdir(parents=True, exist_ok=True)
     total = count_selected(python, tests, files)

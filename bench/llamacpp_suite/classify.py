@@ -23,13 +23,15 @@ class Case:
 _RULES: tuple[tuple[str, str], ...] = (
     ("server exits at start", r"Server process died"),
     ("timeout", r"Failed: Timeout|Timeout >|TimeoutError|ReadTimeout"),
-    ("needs a download (model, adapter or image from the hub)", r"huggingface\.co|hf\.co|HTTPSConnectionPool"),
+    ("needs a download (model, adapter or image from the hub)", r"huggingface\.co|hf\.co|HTTPSConnectionPool|"
+     r"FileNotFoundError"),
     ("missing endpoint (404)", r"\b404\b"),
     ("accepted what llama-server rejects (200 for 4xx)", r"\(?200 == [45]\d\d|assert 200 != 200|DID NOT RAISE"),
     ("rejected what llama-server accepts (4xx/5xx for 200)", r"assert [45]\d\d == 200"),
     ("no `__verbose` debug field (--verbose; it carries the rendered prompt)", r"__verbose"),
     ("constrained output ignored (grammar, json_schema, response_format)", r'Expected "|grammar|json_schema'),
-    ("chat template not rendered as llama-server does (ChatML always)", r"im_start|START_OF_T|chat template"),
+    ("chat template not rendered as llama-server does (ChatML always)", r"im_start|START_OF_T|chat template|"
+     r"Expected prompt to end with"),
     ("needs real weights (text of a real model)", r"match_regex|re\.search|assert_match|Ben|Jack"),
     ("a count differs (token counts of a real tokenizer, or a setting)", r"^(AssertionError: )?assert \d+ == \d+$"),
     ("shape difference (field missing or different)", r"KeyError|not in|assert '|assert \"|is None|is not None|"
@@ -53,9 +55,14 @@ def server_error_line(output: str) -> str:
     return lines[-1][:200] if lines else ""
 
 
+ROUTER_MODE = "router mode not modelled (no model on the command line: the look-alike requires -m)"
+
+
 def classify(first_line: str, output: str = "") -> str:
     if re.search(_RULES[0][1], first_line):
         why = server_error_line(output)
+        if "required: -m/--model" in why:
+            return ROUTER_MODE
         return f"server exits at start: {why}" if why else "server exits at start"
     for name, pattern in _RULES[1:]:
         if re.search(pattern, first_line):

@@ -44,7 +44,8 @@ def _check_parsed(msg: object) -> None:
         raise LlamaError(400, f"Expected 'message' to be an object, got {_dump(msg)}")
     if "role" not in msg:
         raise LlamaError(400, f"Missing 'role' in message: {_dump(msg)}")
-    for part in msg.get("content") if isinstance(msg.get("content"), list) else []:
+    content = msg.get("content")
+    for part in content if isinstance(content, list) else []:
         if not isinstance(part, dict) or "type" not in part:
             raise LlamaError(400, f"Missing content part type: {_dump(part)}")
 

@@ -16,7 +16,7 @@ from fake_engines.llamacpp.model import ModelFileError
 from fake_engines.perf.catalogue import CatalogueError
 from flotilla.cli_errors import USAGE_ERROR, CannotListen
 
-__all__ = ["build_parser", "config_from_args", "main", "print_config"]
+__all__ = ["build_parser", "config_from_args", "dashed_flags", "main", "print_config"]
 
 
 VERSION_LINES = "version: 0.5.0-dev (build 1, commit 0c1e570)\nbuilt with GNU 12.2.0 for Linux x86_64\n"
@@ -67,9 +67,15 @@ async def _serve(config: LlamaServerConfig, faults: FaultInjector | None = None)
     await running.drain_and_close()
 
 
+def dashed_flags(argv: list[str]) -> list[str]:
+    """llama.cpp's parser reads `_` as `-` in a `--` flag (common/arg.cpp), so `--backend_sampling` is
+    `--backend-sampling`; values are left alone (a `--` token with `=` is taken for one)."""
+    return [a.replace("_", "-") if a.startswith("--") and "=" not in a else a for a in argv]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `fake-llama-server`."""
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(dashed_flags(sys.argv[1:] if argv is None else argv))
     try:
         config = config_from_args(args)
         if args.print_config:

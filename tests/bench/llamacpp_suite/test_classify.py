@@ -1,6 +1,6 @@
 from collections import Counter
 
-from bench.llamacpp_suite.classify import classify, parse_junit
+from bench.llamacpp_suite.classify import ROUTER_MODE, classify, parse_junit
 from bench.llamacpp_suite.report import HEADING, render, replace_section
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
@@ -29,6 +29,9 @@ def test_first_lines_map_to_named_classes():
     assert classify("KeyError: 'embedding'") == "shape difference (field missing or different)"
     assert classify("Failed: Timeout >90.0s") == "timeout"
     assert classify("something new") == "other"
+    died = "RuntimeError: Server process died with return code 2"
+    usage = "fake-llama-server: error: the following arguments are required: -m/--model (see fake-llama-server --help)"
+    assert classify(died, usage) == ROUTER_MODE
 
 
 def test_the_section_is_replaced_in_place_and_appended_when_absent():

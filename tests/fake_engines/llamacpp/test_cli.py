@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from fake_engines.llamacpp.cli import build_parser, config_from_args
+from fake_engines.llamacpp.cli import build_parser, config_from_args, dashed_flags
 from tests.conftest import REPO
 
 
@@ -97,3 +97,14 @@ def test_version_prints_the_imitated_build_on_stderr():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout == ""
     assert out.stderr == "version: 0.5.0-dev (build 1, commit 0c1e570)\nbuilt with GNU 12.2.0 for Linux x86_64\n"
+
+
+def test_underscores_in_a_long_flag_read_as_dashes_as_llama_cpp_does():
+    # llama.cpp's own server tests pass --backend_sampling
+    argv = dashed_flags(["-m", "x_y-Q4_0.gguf", "--backend_sampling", "--cache_type_k", "q8_0", "--alias", "a_b"])
+    assert argv == ["-m", "x_y-Q4_0.gguf", "--backend-sampling", "--cache-type-k", "q8_0", "--alias", "a_b"]
+    args = build_parser().parse_args(argv)
+    assert args.cache_type_k == "q8_0" and args.alias == "a_b" and args.model == "x_y-Q4_0.gguf"
+    out = subprocess.run([sys.executable, "-m", "fake_engines.llamacpp.cli", "-m", "llama-3.2-1b-Q8_0.gguf",
+                          "--backend_sampling", "--print-config"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
