@@ -22,7 +22,12 @@ def render(results: dict[str, list[Case]], command: str) -> str:
              "run file by file against `fake-llama-server` through `bench/llamacpp_suite/wrapper.py`, which maps "
              "only model downloads (`--hf-repo`/`--hf-file`/`--model-url`, `-m` of a missing file) to the catalogue "
              "model `llama-3.2-1b-Q8_0.gguf`; every other flag passes through. Not in `make test`. Command "
-             f"(sdist, tests and their venv under ~/.cache/flotilla/llamacpp-suite): `{command}`.", "",
+             f"(sdist, tests and their venv under ~/.cache/flotilla/llamacpp-suite): `{command}` (one file: "
+             "`python -m bench.llamacpp_suite unit/test_basic.py`; `--reparse` classifies the last reports again). "
+             "A pytest plugin (`bench/llamacpp_suite/plugin.py`) turns the session fixture that pre-downloads every "
+             "preset's model (`ServerPreset.load_all`) into a no-op and records every \"File Not Found\" 404 a test "
+             "receives through `make_request`: a pass with one is listed as hollow. Failures are classed by their "
+             "first error line (`bench/llamacpp_suite/classify.py`).", "",
              "| file | passed | failed | errors | skipped |", "|---|---:|---:|---:|---:|"]
     for file, cases in results.items():
         n = Counter(c.outcome for c in cases)
