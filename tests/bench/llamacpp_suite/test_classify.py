@@ -29,6 +29,8 @@ def test_first_lines_map_to_named_classes():
     assert classify("KeyError: 'embedding'") == "shape difference (field missing or different)"
     assert classify("Failed: Timeout >90.0s") == "timeout"
     assert classify("something new") == "other"
+    assert classify("AssertionError: assert 'all red ' == 'box she far ... fox '").startswith("generated text differs")
+    assert classify("AssertionError: assert 'stop' == 'length'").startswith("shape difference")
     died = "RuntimeError: Server process died with return code 2"
     usage = "fake-llama-server: error: the following arguments are required: -m/--model (see fake-llama-server --help)"
     assert classify(died, usage) == ROUTER_MODE
