@@ -20,7 +20,7 @@ def test_hf_repo_and_file_become_one_catalogue_model_and_other_flags_pass_throug
 
 
 def test_missing_model_file_is_replaced_and_an_existing_one_kept(tmp_path):
-    assert map_model_args(["-m", "../models/a.gguf", "-c", "512"], nothing_exists) == [
+    assert map_model_args(["-m", "models/absent/a.gguf", "-c", "512"], nothing_exists) == [
         "-c", "512", "-m", CATALOGUE_MODEL]
     real = tmp_path / "m.gguf"
     real.write_bytes(b"GGUF")
