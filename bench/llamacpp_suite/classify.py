@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from pathlib import Path
 
 OUTCOMES = ("passed", "failed", "errors", "skipped")
 
@@ -42,10 +43,20 @@ _RULES: tuple[tuple[str, str], ...] = (
 )
 
 
+_MACHINE_PATH = re.compile(r"/[^\s'\"]*?/server/tests/(?:\./)?")
+"""An absolute path into this machine's copy of upstream's tests: published relative to them."""
+
+
+def machine_free(line: str) -> str:
+    """`line` with paths into this machine's copy of the tests written relative to it (`tests/...`)
+    and the home folder as `~`, so the published list names no path of the machine it ran on."""
+    return _MACHINE_PATH.sub("tests/", line).replace(str(Path.home()), "~")
+
+
 def first_error_line(message: str) -> str:
     for line in message.splitlines():
         if line.strip():
-            return line.strip()[:200]
+            return machine_free(line.strip())[:200]
     return ""
 
 
@@ -54,7 +65,7 @@ def server_error_line(output: str) -> str:
     with "error" that is not the tests' own."""
     lines = [line.strip() for line in output.splitlines()
              if "error" in line.lower() and not line.startswith(("tests:", "E ", ">"))]
-    return lines[-1][:200] if lines else ""
+    return machine_free(lines[-1])[:200] if lines else ""
 
 
 ROUTER_MODE = "router mode not modelled (no model on the command line: the look-alike requires -m)"

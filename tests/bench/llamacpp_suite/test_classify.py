@@ -1,6 +1,7 @@
 from collections import Counter
+from pathlib import Path
 
-from bench.llamacpp_suite.classify import ROUTER_MODE, classify, parse_junit
+from bench.llamacpp_suite.classify import ROUTER_MODE, classify, first_error_line, machine_free, parse_junit
 from bench.llamacpp_suite.report import HEADING, render, replace_section
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
@@ -44,3 +45,11 @@ def test_the_section_is_replaced_in_place_and_appended_when_absent():
     new = replace_section(doc, section)
     assert "old" not in new and new.endswith("## B\nb\n") and new.count(HEADING) == 1
     assert replace_section("# T\n", section).endswith(section)
+
+
+def test_a_published_error_line_names_no_path_of_the_machine_it_ran_on():
+    message = ("FileNotFoundError: [Errno 2] No such file or directory: "
+               "'/home/ci/.cache/flotilla/llamacpp-suite/server/tests/./tmp/stories15M-q4_0.gguf5sfq.tmp'")
+    line = first_error_line(message)
+    assert line.endswith("'tests/tmp/stories15M-q4_0.gguf5sfq.tmp'") and "/home/ci" not in line
+    assert machine_free(f"cannot open {Path.home()}/models/x.gguf") == "cannot open ~/models/x.gguf"
