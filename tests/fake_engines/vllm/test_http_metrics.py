@@ -7,24 +7,12 @@ import json
 import urllib.error
 import urllib.request
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fake_engines.vllm.config import VllmServeConfig
-from fake_engines.vllm.server import start_vllm
 from tests.conftest import DATA
-from tests.fake_engines.engine_thread import EngineThread
 from tests.fake_engines.scrape import fetch_text
 
 CAPTURE = DATA / "real-engines" / "vllm" / "029_metrics_after_basic_requests.http"
-
-
-@pytest.fixture(scope="module")
-def engine():
-    config = VllmServeConfig(model="llama-3.1-8b", served_model_name="tiny-llama", port=0, time_scale=0.01,
-                             max_model_len=2048)
-    with EngineThread(lambda: start_vllm(config, cold_start=False)) as running:
-        yield running
 
 
 def _call(base: str, method: str, path: str, body: bytes | None = None) -> int:

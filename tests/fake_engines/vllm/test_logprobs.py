@@ -10,21 +10,10 @@ import pytest
 
 from fake_engines.core import encode
 from fake_engines.driver.logprobs import request_logprobs
-from fake_engines.vllm.config import VllmServeConfig
-from fake_engines.vllm.server import start_vllm
 from tests.conftest import DATA
 from tests.fake_engines.capture_shapes import captured, shape
-from tests.fake_engines.engine_thread import EngineThread
 
 CAPTURES = DATA / "real-engines" / "vllm"
-
-
-@pytest.fixture(scope="module")
-def engine():
-    config = VllmServeConfig(model="llama-3.1-8b", served_model_name="tiny-llama", port=0, time_scale=0.01,
-                             max_model_len=2048)
-    with EngineThread(lambda: start_vllm(config, cold_start=False)) as running:
-        yield running
 
 
 def _post(base: str, path: str, body: dict) -> tuple[int, dict]:
