@@ -7,7 +7,6 @@ neither): scripts/interop/capture_kv_events.py, the same script that made the re
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import subprocess
 
@@ -16,27 +15,14 @@ import zmq.asyncio
 
 from flotilla.kv_events import BlockStored, decode_batch
 from proxy.config import BackendSpec, KVEventsSource
-from tests.conftest import DATA, REPO
+from tests.conftest import REPO
+from tests.fake_engines.vllm.kv_capture import REFERENCE, key_sets, read_jsonl
 from tests.interop.conftest import kv_events_endpoint
 from tests.interop.wire import completion_body, post, scrape, total
 from tests.waiting import wait_until
 
-REFERENCE = DATA / "real-engines" / "vllm" / "kv-events"
 CAPTURE = REPO / "scripts" / "interop" / "capture_kv_events.py"
 EVENT_TYPES = {"BlockStored", "BlockRemoved", "AllBlocksCleared"}
-
-
-def read_jsonl(path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def key_sets(decoded: list[dict]) -> dict[str, set[str]]:
-    """Event type -> the keys its events carry, over a decoded stream."""
-    keys: dict[str, set[str]] = {}
-    for message in decoded:
-        for event in message["batch"][1]:
-            keys.setdefault(event["type"], set()).update(event)
-    return keys
 
 
 def test_live_vllm_kv_events_match_the_reference_framing_and_shapes(interop_cache, vllm_pair, engine_logs,

@@ -17,15 +17,15 @@ import msgspec
 import pytest
 
 from flotilla.kv_events import decode_batch, encode_batch
-from tests.conftest import DATA, REPO
+from tests.conftest import REPO
+from tests.fake_engines.vllm.kv_capture import REFERENCE, key_sets, read_jsonl
 from tests.fake_engines.vllm.kv_subscriber import DECODER, ExampleKVEventBatch
 
-REFERENCE = DATA / "real-engines" / "vllm" / "kv-events"
 CAPTURE = REPO / "scripts" / "interop" / "capture_kv_events.py"
 
 
 def lines(name: str) -> list[dict]:
-    return [json.loads(line) for line in (REFERENCE / name).read_text().splitlines() if line.strip()]
+    return read_jsonl(REFERENCE / name)
 
 
 def test_the_reference_capture_is_framed_as_vllm_publishes_it():
@@ -48,15 +48,6 @@ def test_the_reference_events_have_vllms_shapes():
         assert {"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_name", "medium"} <= set(event)
         assert len(event["token_ids"]) == event["block_size"] * len(event["block_hashes"])
     assert {e["lora_name"] for e in stored} >= {None, "lora-a"}
-
-
-def key_sets(decoded: list[dict]) -> dict[str, set[str]]:
-    """Event type -> the keys its events carry, over a decoded stream."""
-    keys: dict[str, set[str]] = {}
-    for message in decoded:
-        for event in message["batch"][1]:
-            keys.setdefault(event["type"], set()).update(event)
-    return keys
 
 
 def test_vllms_example_structs_cannot_read_032s_map_encoded_events():
