@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from flotilla.cli import main
+from tests.conftest import DATA
 
-TRACE = Path(__file__).resolve().parents[2] / "data" / "traces" / "mooncake_conversation.first60s.jsonl"
+TRACE = DATA / "traces" / "mooncake_conversation.first60s.jsonl"
 
 
 @pytest.mark.parametrize("policy", ["sglang-cache-aware", "llm-d", "dynamo-kv", "aibrix-prefix"])
