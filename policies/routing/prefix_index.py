@@ -17,6 +17,7 @@ import numpy as np
 
 from policies.routing.base import BackendView, RequestInfo
 from policies.routing.hash_ring import stable_hash
+from policies.routing.kv_index import block_keys
 
 
 @dataclass(frozen=True)
@@ -42,20 +43,11 @@ def block_hashes(request: RequestInfo, shape: BlockShape) -> list[int]:
     are linked one block at a time with Python's hash of (previous, block); text, every block of
     every routed prompt, in a few numpy passes (`_text_hashes`).
     """
+    root = stable_hash(request.model or "")
     if not request.prompt_token_ids:
-        return _text_hashes(request.prompt or "", shape.block_chars, stable_hash(request.model or ""))
-    previous = stable_hash(request.model or "")
-    hashes: list[int] = []
-    append = hashes.append
-    for chunk in _chunks(request, shape):
-        previous = hash((previous, chunk))
-        append(previous)
-    return hashes
-
-
-def _chunks(request: RequestInfo, shape: BlockShape) -> list[tuple[int, ...]]:
-    ids, size = tuple(request.prompt_token_ids or ()), shape.block_size_tokens
-    return [ids[i : i + size] for i in range(0, len(ids) - size + 1, size)]
+        return _text_hashes(request.prompt or "", shape.block_chars, root)
+    # the same chain the KV index keys engine blocks by, rooted at the model instead of the adapter
+    return block_keys(request.prompt_token_ids, shape.block_size_tokens, parent=root)
 
 
 class _TextKeys:
