@@ -19,7 +19,8 @@ client can report modelled time. Real engines do not send it."""
 log = logging.getLogger("fake_engines.driver.serving")
 
 
-async def write_sse(request: web.Request, headers: dict[str, str], events: AsyncGenerator[dict | str, None],
+async def write_sse(request: web.Request, headers: dict[str, str],
+                    events: AsyncGenerator[dict | str | tuple[str, dict], None],
                     on_client_gone: Callable[[], None]) -> web.StreamResponse:
     """Send the status line and headers at once (first data comes at TTFT), then each event.
 
@@ -42,10 +43,14 @@ async def write_sse(request: web.Request, headers: dict[str, str], events: Async
     return response
 
 
-async def send_event(response: web.StreamResponse, payload: dict | str) -> None:
-    """One `data: ...` event; raises ConnectionResetError once the client has gone."""
+async def send_event(response: web.StreamResponse, payload: dict | str | tuple[str, dict]) -> None:
+    """One `data: ...` event, or `event: <name>` then `data: ...` for a (name, data) pair; raises
+    ConnectionResetError once the client has gone."""
+    name = ""
+    if isinstance(payload, tuple):
+        name, payload = f"event: {payload[0]}\n", payload[1]
     data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=True, separators=(",", ":"))
-    await response.write(f"data: {data}\n\n".encode())
+    await response.write(f"{name}data: {data}\n\n".encode())
 
 
 def json_body(payload: object, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

@@ -100,6 +100,7 @@ def create_app(config: LlamaServerConfig) -> web.Application:
     app.router.add_post("/v1/completions", routes.completions)
     for path in ("/chat/completions", "/v1/chat/completions", "/api/chat"):
         app.router.add_post(path, routes.chat_completions)
+    _add_compat_routes(app)
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/detokenize", detokenize)
     app.router.add_post("/apply-template", apply_template)
@@ -108,6 +109,18 @@ def create_app(config: LlamaServerConfig) -> web.Application:
     app.on_startup.append(_start_driver)
     app.on_cleanup.append(_stop_driver)
     return app
+
+
+def _add_compat_routes(app: web.Application) -> None:
+    """Anthropic messages, OpenAI responses and the prompt-length counters (compat_routes.py)."""
+    from fake_engines.llamacpp import compat_routes
+
+    app.router.add_post("/v1/messages", compat_routes.messages)
+    app.router.add_post("/v1/messages/count_tokens", compat_routes.count_tokens)
+    for prefix in ("", "/v1"):
+        app.router.add_post(f"{prefix}/responses", compat_routes.responses_create)
+        app.router.add_post(f"{prefix}/chat/completions/input_tokens", compat_routes.chat_input_tokens)
+        app.router.add_post(f"{prefix}/responses/input_tokens", compat_routes.responses_input_tokens)
 
 
 async def _start_driver(app: web.Application) -> None:
