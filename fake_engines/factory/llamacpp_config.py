@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fake_engines.factory import llamacpp_http_flags as http_flags
 from flotilla.cli_errors import OneLineParser, port_number
 from flotilla.errors import FlagError
 
@@ -73,7 +74,25 @@ class LlamaServerConfig:
     port: int = 8080
     """TCP port; 0 picks a free one."""
     api_key: str | None = None
-    """Bearer token required on all but the public routes."""
+    """--api-key: comma-separated keys; one is required on all but the public routes."""
+    api_key_file: str | None = None
+    """--api-key-file: more keys, one per line."""
+    cors_origins: str | None = None
+    """--cors-origins as given; None: * (localhost with built-in tools or MCP servers)."""
+    cors_methods: str = http_flags.CORS_METHODS
+    """--cors-methods."""
+    cors_headers: str = http_flags.CORS_HEADERS
+    """--cors-headers."""
+    no_cors_credentials: bool = False
+    """--no-cors-credentials."""
+    no_ui: bool = False
+    """--no-ui: GET / answers 404."""
+    ui_mcp_proxy: bool = False
+    """--ui-mcp-proxy: serve /cors-proxy."""
+    slot_save_path: str | None = None
+    """--slot-save-path: folder of slot files; None: POST /slots/ID answers 501."""
+    tags: str | None = None
+    """--tags, comma-separated."""
     gpu: str = "h100"
     """Catalogue GPU the look-alike pretends to run on."""
     catalogue: tuple[str, ...] = ()
@@ -113,6 +132,8 @@ class LlamaServerConfig:
             raise ServerConfigError("--time-scale and --load-gbps must be > 0")
         if self.startup_s < 0 or not self.mean_output_tokens > 0:
             raise ServerConfigError("--startup-seconds must be >= 0 and --mean-output-tokens > 0")
+        if (problem := http_flags.check_http_settings(self.api_key_file, self.slot_save_path)) is not None:
+            raise ServerConfigError(problem)
 
     @property
     def num_gpus(self) -> int:
@@ -126,8 +147,8 @@ class LlamaServerConfig:
 
     @property
     def model_id(self) -> str:
-        """The id /v1/models and responses report."""
-        return self.alias or self.model
+        """The id /v1/models and responses report: the first of the -a aliases in alphabetical order."""
+        return (http_flags.comma_set(self.alias) or [self.model])[0]
 
 
 def parse_tensor_split(text: str | None) -> list[float]:
@@ -192,6 +213,7 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser,
                       help="process start-up before the model loads, modelled seconds")
     look.add_argument("--mean-output-tokens", type=float, default=128.0,
                       help="mean output length before EOS when a request does not ignore it")
+    http_flags.add_http_flags(p)
     if extra is not None:
         extra(p)
     from fake_engines.factory.upstream import add_upstream_flags
@@ -212,7 +234,8 @@ def config_from_args(args: argparse.Namespace) -> LlamaServerConfig:
         slot_prompt_similarity=args.slot_prompt_similarity, flash_attn=args.flash_attn,
         cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v, cache_ram_mib=args.cache_ram, host=args.host, port=args.port, api_key=args.api_key,
         gpu=args.gpu, catalogue=tuple(args.catalogue), time_scale=args.time_scale, seed=args.seed,
-        load_gbps=args.load_gbps, startup_s=args.startup_seconds, mean_output_tokens=args.mean_output_tokens)
+        load_gbps=args.load_gbps, startup_s=args.startup_seconds, mean_output_tokens=args.mean_output_tokens,
+        **http_flags.http_settings(args))
 
 
 def _scale(text: str) -> float:

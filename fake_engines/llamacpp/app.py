@@ -14,15 +14,14 @@ from fake_engines.driver.chat import CHATML_TEMPLATE, chat_prompt
 from fake_engines.driver.live import LiveDriver
 from fake_engines.driver.serving import TIME_SCALE_HEADER, json_body
 from fake_engines.factory import build_engine
-from fake_engines.llamacpp import engine
+from fake_engines.factory.llamacpp_http_flags import comma_set
+from fake_engines.llamacpp import access, engine, webui
 from fake_engines.llamacpp.config import BUILD_INFO, LlamaServerConfig
-from fake_engines.llamacpp.errors import LlamaError, loading, not_found, parse_json
+from fake_engines.llamacpp.errors import LlamaError, not_found, parse_json
 from fake_engines.llamacpp.metrics import METRICS_CONTENT_TYPE, render_metrics
 from fake_engines.llamacpp.model import GgufModel
 from fake_engines.llamacpp.shapes import sampler_params
 from fake_engines.llamacpp.telemetry import LlamaTelemetry
-
-PUBLIC_PATHS = {"/health", "/v1/health", "/models", "/v1/models", "/api/tags"}
 
 
 @dataclass
@@ -85,9 +84,11 @@ def create_app(config: LlamaServerConfig) -> web.Application:
     """The aiohttp app serving llama-server's routes."""
     from fake_engines.llamacpp import routes
 
-    app = web.Application(middlewares=[llama_errors, api_key_guard], client_max_size=64 * 2**20)
-    app[SERVER_KEY] = build_server(config)
+    app = web.Application(middlewares=[llama_errors], client_max_size=64 * 2**20)
+    server = app[SERVER_KEY] = build_server(config)
     app.on_response_prepare.append(_server_headers)
+    access.install(app, access.AccessPolicy.of(config), lambda: server.ready)
+    webui.add_ui_routes(app, enabled=not config.no_ui)
     for path in ("/health", "/v1/health"):
         app.router.add_get(path, health)
     app.router.add_get("/metrics", metrics)
@@ -133,7 +134,6 @@ async def _stop_driver(app: web.Application) -> None:
 
 async def _server_headers(request: web.Request, response: web.StreamResponse) -> None:
     response.headers["Server"] = "llama.cpp"
-    response.headers["Access-Control-Allow-Origin"] = ""
     response.headers[TIME_SCALE_HEADER] = repr(request.app[SERVER_KEY].config.time_scale)
     # cpp-httplib closes the connection after an error status and announces keep-alive otherwise
     if response.status >= 400:
@@ -145,24 +145,14 @@ async def _server_headers(request: web.Request, response: web.StreamResponse) ->
 
 @web.middleware
 async def llama_errors(request: web.Request, handler):
-    """503 while loading, httplib's 404 for unknown routes, the error envelope for LlamaError."""
-    if not request.app[SERVER_KEY].ready:
-        return loading()
+    """httplib's 404 for unknown routes, the error envelope for LlamaError (503 while loading and
+    the API key are checked before, in fake_engines.llamacpp.access)."""
     try:
         return await handler(request)
     except LlamaError as err:
         return err.response()
     except (web.HTTPNotFound, web.HTTPMethodNotAllowed):
         return not_found()
-
-
-@web.middleware
-async def api_key_guard(request: web.Request, handler):
-    """With --api-key every non-public route needs the bearer token."""
-    key = request.app[SERVER_KEY].config.api_key
-    if key and request.path not in PUBLIC_PATHS and request.headers.get("Authorization") != f"Bearer {key}":
-        raise LlamaError(401, "Invalid API Key")
-    return await handler(request)
 
 
 async def health(request: web.Request) -> web.Response:
@@ -214,14 +204,16 @@ async def props(request: web.Request) -> web.Response:
     """Server properties: slot count, context, model, chat template, build."""
     server, config = request.app[SERVER_KEY], request.app[SERVER_KEY].config
     return json_body({
-        "default_generation_settings": {"params": sampler_params(-1, False, []), "n_ctx": server.slot_n_ctx},
+        "default_generation_settings": {"params": sampler_params(-1, False, [], seed=config.seed),
+                                        "n_ctx": server.slot_n_ctx},
         "total_slots": len(server.driver.core.stats().slots), "model_alias": config.model_id,
         "model_ftype": server.model.ftype, "model_path": config.model,
         "modalities": {"vision": False, "video": False, "audio": False}, "media_marker": server.media_marker,
-        "endpoint_slots": config.slots, "endpoint_props": False, "endpoint_metrics": config.metrics, "ui": True,
+        "endpoint_slots": config.slots, "endpoint_props": False, "endpoint_metrics": config.metrics,
+        "ui": not config.no_ui,
         "ui_settings": {}, "chat_template": CHATML_TEMPLATE, "chat_template_caps": CHATML_TEMPLATE_CAPS,
         "bos_token": "<s>", "eos_token": "</s>", "build_info": BUILD_INFO, "is_sleeping": False,
-        "cors_proxy_enabled": False})
+        "cors_proxy_enabled": config.ui_mcp_proxy})
 
 
 CHATML_TEMPLATE_CAPS = {"supports_object_arguments": False, "supports_parallel_tool_calls": False,
@@ -242,7 +234,8 @@ async def models(request: web.Request) -> web.Response:
     meta = {"vocab_type": 2, "n_vocab": model.vocab_size, "n_ctx": server.slot_n_ctx,
             "n_ctx_train": model.n_ctx_train, "n_embd": model.spec.hidden, "n_params": int(model.spec.params),
             "size": model.size_bytes, "ftype": model.ftype}
-    card = {"id": mid, "aliases": [mid], "tags": [], "object": "model", "created": server.created,
+    card = {"id": mid, "aliases": comma_set(server.config.alias) or [mid], "tags": comma_set(server.config.tags),
+            "object": "model", "created": server.created,
             "owned_by": "llamacpp", "meta": meta}
     return json_body({"models": [ollama], "object": "list", "data": [card]})
 
