@@ -59,12 +59,15 @@ def json_body(payload: object, status: int = 200, headers: dict[str, str] | None
     return web.Response(text=text, status=status, content_type="application/json", headers=headers)
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A bound TCP socket that does not listen yet: connections are refused until `listen`."""
+def bind_socket(host: str, port: int, v6only: bool = False) -> socket.socket:
+    """A bound TCP socket that does not listen yet: connections are refused until `listen`;
+    `v6only` keeps an IPv6 socket off IPv4 (when other sockets listen on IPv4 addresses)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if v6only and family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind((host, port))
     except OSError:  # port in use, an address not of this machine: the caller reports it
         sock.close()

@@ -3,13 +3,15 @@ pre-routing handler answers them (tools/server/server-http.cpp)."""
 
 from __future__ import annotations
 
+import socket
+
 import aiohttp
 import pytest
 from multidict import CIMultiDict
 
 from fake_engines.llamacpp.access import AccessPolicy, origin_is_localhost
 from fake_engines.llamacpp.config import LlamaServerConfig
-from fake_engines.llamacpp.server import start_llama
+from fake_engines.llamacpp.server import bind_hosts, start_llama
 
 KEY = "sk-secret"
 
@@ -147,3 +149,23 @@ async def test_while_loading_the_ui_answers_and_the_api_is_503():
     finally:
         await running.close()
     assert (page[0], health[0], pre[0]) == (200, 503, 200)
+
+
+async def test_a_host_list_binds_every_address_and_refuses_port_0():
+    with socket.socket(socket.AF_INET6) as probe:
+        try:
+            probe.bind(("::1", 0))
+        except OSError:
+            pytest.skip("no IPv6 loopback")
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    running, _ = await _served(_config(host="127.0.0.1, ::1", port=port))
+    try:
+        async with aiohttp.ClientSession() as s:
+            statuses = [(await _answer(s, "GET", f"http://{h}:{port}/health"))[0] for h in ("127.0.0.1", "[::1]")]
+    finally:
+        await running.close()
+    assert statuses == [200, 200]
+    with pytest.raises(OSError, match="--port 0 is not supported with multiple TCP addresses"):
+        bind_hosts("127.0.0.1,::1", 0)
