@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import random
@@ -25,15 +26,15 @@ from proxy.body import read_body
 from proxy.config import ProxyConfig
 from proxy.debug import debug_route
 from proxy.dispatch import Dispatcher, Forward
-from proxy.engine_tokens import engine_prompt_ids
-from proxy.errors import ProxyError, ThrottledWarning, error_response
+from proxy.engine_tokens import engine_anthropic_prompt_ids, engine_prompt_ids
+from proxy.errors import ProxyError, ThrottledWarning, error_response, speaks_anthropic
 from proxy.health import HealthChecker
 from proxy.kv_events import KVEventsHub
 from proxy.metrics import RouterMetrics
 from proxy.paths import canonical_path_middleware
 from proxy.pool import Backend, BackendPool
 from proxy.reload import FleetWatcher
-from proxy.request_parse import check_content_type, load_json_object, parse_request
+from proxy.request_parse import check_content_type, load_json_object, parse_anthropic_request, parse_request
 from proxy.router import Router
 from proxy.scraper import Scraper
 from proxy.server import ProxyRunner
@@ -125,8 +126,20 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return await _generate(request, chat=True)
 
 
+async def anthropic_messages(request: web.Request) -> web.StreamResponse:
+    """Anthropic's Messages API (llama-server and vLLM serve it): routed on its rendered messages."""
+    return await _generate(request, chat=True, anthropic=True)
+
+
+async def anthropic_count_tokens(request: web.Request) -> web.StreamResponse:
+    """The prompt length of an Anthropic Messages body, answered by a backend serving the model."""
+    return await _generate(request, chat=True, anthropic=True, generates=False)
+
+
 FORWARDED_ROUTES = (web.post("/v1/completions", completions),
-                    web.post("/v1/chat/completions", chat_completions))
+                    web.post("/v1/chat/completions", chat_completions),
+                    web.post("/v1/messages", anthropic_messages),
+                    web.post("/v1/messages/count_tokens", anthropic_count_tokens))
 """The allow-list: the only routes forwarded to an engine. Any other path gets the proxy's own 404,
 a served path with another method its 405 with Allow (see proxy/paths.py, docs/reliability.md)."""
 
@@ -147,24 +160,27 @@ async def generation_body(request: web.Request) -> tuple[bytes, dict]:
     return raw, load_json_object(raw)
 
 
-async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
+async def _generate(request: web.Request, chat: bool, anthropic: bool = False,
+                    generates: bool = True) -> web.StreamResponse:
     p = _proxy(request)
     raw, body = await generation_body(request)
     adapters = frozenset().union(*(b.adapters for b in p.pool)) if len(p.pool) else frozenset()
-    parsed = parse_request(body, chat, request.headers, p.config.session_header, p.config.chars_per_token,
-                           adapters)
+    parse = parse_anthropic_request if anthropic else functools.partial(parse_request, chat=chat)
+    parsed = parse(body, headers=request.headers, session_header=p.config.session_header,
+                   chars_per_token=p.config.chars_per_token, adapters=adapters)
     if isinstance(p.policy, KVIndexUser):  # the KV index is keyed by the engine's own token ids
-        ids = engine_prompt_ids(body, chat)
+        ids = engine_anthropic_prompt_ids(body) if anthropic else engine_prompt_ids(body, chat)
         if ids:
             parsed = replace(parsed, info=replace(parsed.info, prompt_token_ids=ids, prompt_tokens=len(ids)))
     model = parsed.info.model
     if model is not None and p.pool.is_unknown_model(model):
         raise ProxyError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
-    strip_usage = p.config.stream_usage and parsed.stream and not _asks_usage(body)
+    # Anthropic streams carry their usage in message_start: there is no stream_options to ask with
+    strip_usage = not anthropic and p.config.stream_usage and parsed.stream and not _asks_usage(body)
     if strip_usage:
         raw = with_usage_asked(raw, body)
     fwd = Forward(method="POST", path_qs=upstream_target(request), body=raw, info=parsed.info,
-                  debug=request.headers.get("x-flotilla-debug") == "1", accounts_usage=True,
+                  debug=request.headers.get("x-flotilla-debug") == "1", accounts_usage=generates,
                   strip_usage=strip_usage)
     async with p.admission.slot(model):  # type: ignore[union-attr]  # both are set before the routes serve
         return await p.dispatcher.handle(request, fwd)  # type: ignore[union-attr]
@@ -220,18 +236,20 @@ async def metrics(request: web.Request) -> web.Response:
 @web.middleware
 async def errors_middleware(request: web.Request,
                             handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-    """Every error leaves as OpenAI-style JSON, never as a traceback."""
+    """Every error leaves as OpenAI-style JSON (in Anthropic's envelope on its routes), never as a
+    traceback."""
     # The proxy's own answers name no backend, but still carry the header every response has.
     own = {"x-flotilla-backend": ""}
+    anthropic = speaks_anthropic(request.path)
     try:
         return await handler(request)
     except ProxyError as exc:
-        return error_response(exc, own)
+        return error_response(exc, own, anthropic)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         return error_response(ProxyError(exc.status, exc.reason, headers={
-            k: v for k, v in exc.headers.items() if k.lower() == "allow"}), own)
+            k: v for k, v in exc.headers.items() if k.lower() == "allow"}), own, anthropic)
     except (asyncio.CancelledError, ConnectionResetError):
         raise
     except Exception as exc:
@@ -240,7 +258,7 @@ async def errors_middleware(request: web.Request,
         unexpected_warning.warning(f"unexpected {type(exc).__name__} on {request.method} {request.path!r}: "
                                    f"{str(exc)[:200]!r}")
         log.debug("unexpected error on %s %r", request.method, request.path, exc_info=True)
-        return error_response(ProxyError(500, "Internal error in the proxy."), own)
+        return error_response(ProxyError(500, "Internal error in the proxy."), own, anthropic)
 
 
 def build_app(config: ProxyConfig, policy: RoutingPolicy | None = None,

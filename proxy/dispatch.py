@@ -27,7 +27,7 @@ from multidict import CIMultiDict
 from policies.routing.base import BackendState, Decision, RequestInfo
 from proxy.breaker import Outcome, outcome_of_status
 from proxy.config import ProxyConfig
-from proxy.errors import ProxyError, error_response
+from proxy.errors import ProxyError, error_response, speaks_anthropic
 from proxy.forward import (
     RelayResult,
     UpstreamFailure,
@@ -185,7 +185,8 @@ class Dispatcher:
             err = ProxyError(503, "No backend is available to serve this request.", headers={"Retry-After": "1"})
             backend = ""
         self.metrics.request_done(model, backend, err.status, asyncio.get_running_loop().time() - start)
-        return error_response(err, {"X-Request-Id": request_id, "x-flotilla-backend": backend})
+        return error_response(err, {"X-Request-Id": request_id, "x-flotilla-backend": backend},
+                              speaks_anthropic(fwd.path_qs.split("?", 1)[0]))
 
     @staticmethod
     def _response_headers(upstream: aiohttp.ClientResponse, backend: Backend, decision: Decision,

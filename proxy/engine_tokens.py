@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from fake_engines.core import encode
 from fake_engines.driver.chat import chat_prompt
+from fake_engines.llamacpp.anthropic import to_chat_body
 
 
 def engine_prompt_ids(body: dict, chat: bool) -> tuple[int, ...] | None:
@@ -31,3 +32,9 @@ def engine_prompt_ids(body: dict, chat: bool) -> tuple[int, ...] | None:
         if isinstance(first, list):
             return tuple(t for t in first if isinstance(t, int))
     return None
+
+
+def engine_anthropic_prompt_ids(body: dict) -> tuple[int, ...] | None:
+    """The token ids of an already validated Anthropic Messages body, converted to chat messages as
+    the look-alike llama-server converts it (system first, tool results as tool messages)."""
+    return engine_prompt_ids(to_chat_body(body), chat=True)

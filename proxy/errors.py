@@ -40,21 +40,38 @@ class ProxyError(Exception):
         self.headers = dict(headers or {})
 
 
-def error_body(status: int, message: str, param: str | None = None, code: str | int | None = None) -> dict:
-    return {"error": {"message": message, "type": ERROR_TYPES.get(status, "server_error"),
-                      "param": param, "code": code if code is not None else status}}
+ANTHROPIC_PATH = "/v1/messages"
+"""Anthropic's Messages API (and its /count_tokens): errors there also say `"type": "error"`."""
 
 
-def error_response(exc: ProxyError, default_headers: Mapping[str, str] | None = None) -> web.Response:
+def speaks_anthropic(path: str) -> bool:
+    """The route is Anthropic's, whose clients read `{"type": "error", "error": {"type", "message"}}`."""
+    return path == ANTHROPIC_PATH or path.startswith(ANTHROPIC_PATH + "/")
+
+
+def error_body(status: int, message: str, param: str | None = None, code: str | int | None = None,
+               anthropic: bool = False) -> dict:
+    """OpenAI's error object; for an Anthropic route the same object under Anthropic's envelope
+    (`"type": "error"` beside it), so either kind of client reads `error.type` and `error.message`."""
+    body: dict = {"error": {"message": message, "type": ERROR_TYPES.get(status, "server_error"),
+                            "param": param, "code": code if code is not None else status}}
+    return {"type": "error", **body} if anthropic else body
+
+
+def error_response(exc: ProxyError, default_headers: Mapping[str, str] | None = None,
+                   anthropic: bool = False) -> web.Response:
     """The error as JSON; headers set on the error win over `default_headers`."""
     headers = {**(default_headers or {}), **exc.headers}
     return web.Response(status=exc.status, headers=headers, content_type="application/json",
-                        text=json.dumps(error_body(exc.status, exc.message, exc.param, exc.code)))
+                        text=json.dumps(error_body(exc.status, exc.message, exc.param, exc.code, anthropic)))
 
 
-def sse_error_event(message: str, status: int = 502) -> bytes:
-    """The end of a stream that broke mid-way: an error event, then [DONE] (as vLLM does)."""
-    payload = json.dumps(error_body(status, message))
+def sse_error_event(message: str, status: int = 502, anthropic: bool = False) -> bytes:
+    """The end of a stream that broke mid-way: an error event, then [DONE] (as vLLM does); on an
+    Anthropic stream an `event: error` (as Anthropic and llama-server send it), no [DONE]."""
+    payload = json.dumps(error_body(status, message, anthropic=anthropic))
+    if anthropic:
+        return f"event: error\ndata: {payload}\n\n".encode()
     return f"data: {payload}\n\ndata: [DONE]\n\n".encode()
 
 

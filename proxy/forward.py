@@ -21,7 +21,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.config import TimeoutConfig
-from proxy.errors import sse_error_event
+from proxy.errors import speaks_anthropic, sse_error_event
 from proxy.usage import TAIL_BYTES, UsageEventFilter
 
 HOP_BY_HOP = frozenset({
@@ -241,7 +241,8 @@ async def end_broken_stream(request: web.Request, response: web.StreamResponse,
         sep = b"" if not result.tail or result.tail.endswith((b"\n\n", b"\r\n\r\n")) else b"\n\n"
         try:
             async with asyncio.timeout(timeouts.client_write_s):
-                await response.write(sep + sse_error_event(result.error or "upstream failure"))
+                await response.write(sep + sse_error_event(result.error or "upstream failure",
+                                                           anthropic=speaks_anthropic(request.path)))
                 await response.write_eof()
         except ConnectionResetError:
             pass

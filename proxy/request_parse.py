@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import msgspec
 
@@ -181,3 +181,30 @@ def parse_request(body: dict, chat: bool, headers: Mapping[str, str], session_he
         headers=headers, request_id=headers.get("x-request-id"),
     )
     return ParsedRequest(info=info, stream=stream)
+
+
+
+def parse_anthropic_request(body: dict, headers: Mapping[str, str], session_header: str,
+                            chars_per_token: float, adapters: frozenset[str] = frozenset()) -> ParsedRequest:
+    """Validate an Anthropic Messages body (/v1/messages, /v1/messages/count_tokens) and build the
+    routing view of it: the system prompt (a string or text blocks) rendered before the messages,
+    whose text blocks reach the prefix cache; metadata.user_id keys the session like OpenAI's `user`."""
+    if "messages" not in body:
+        raise ProxyError(400, "'messages' is required.", param="messages")
+    system = _system_text(body.get("system"))
+    metadata = body.get("metadata")
+    user = metadata.get("user_id") if isinstance(metadata, dict) else None
+    parsed = parse_request({**body, "user": user}, True, headers, session_header, chars_per_token, adapters)
+    if not system:
+        return parsed
+    prompt = f"<|system|>{system}\n{parsed.info.prompt}"
+    info = replace(parsed.info, prompt=prompt, prompt_tokens=math.ceil(len(prompt) / chars_per_token))
+    return replace(parsed, info=info)
+
+
+def _system_text(system: object) -> str:
+    if system is None or isinstance(system, str):
+        return system or ""
+    if not isinstance(system, list):
+        raise ProxyError(400, "'system' must be a string or an array of text blocks.", param="system")
+    return _content_text(system, "system")

@@ -25,9 +25,13 @@ class Usage:
 
 
 def _usage_of(obj: object) -> Usage | None:
+    if isinstance(obj, dict) and obj.get("type") == "message_start":  # Anthropic: the prompt's usage
+        obj = obj.get("message")
     if not isinstance(obj, dict) or not isinstance(obj.get("usage"), dict):
         return None
     usage = obj["usage"]
+    if "input_tokens" in usage:
+        return _anthropic_usage(usage)
     prompt = usage.get("prompt_tokens")
     if not isinstance(prompt, int):
         return None
@@ -38,6 +42,15 @@ def _usage_of(obj: object) -> Usage | None:
         cached = timings.get("cache_n") if isinstance(timings, dict) else None
     said = isinstance(cached, int)
     return Usage(prompt_tokens=prompt, cached_tokens=cached if isinstance(cached, int) else 0, reports_cache=said)
+
+
+def _anthropic_usage(usage: dict) -> Usage | None:
+    """Anthropic's usage (a message, or a stream's message_start): input_tokens counts only the prompt
+    tokens neither read from nor written to the cache."""
+    counts = [usage.get(k, 0) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")]
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in counts):
+        return None
+    return Usage(prompt_tokens=sum(counts), cached_tokens=counts[1], reports_cache="cache_read_input_tokens" in usage)
 
 
 def usage_from_json(body: bytes) -> Usage | None:

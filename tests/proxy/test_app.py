@@ -1,4 +1,5 @@
 import asyncio
+import json
 import time
 
 import aiohttp
@@ -371,3 +372,75 @@ def test_usage_is_asked_for_with_the_other_members_kept(body: dict, encoding: st
     raw = json.dumps(body).encode(encoding) + trailer
     sent = json.loads(with_usage_asked(raw, json.loads(raw)))
     assert sent == {**body, "stream_options": {**(body.get("stream_options") or {}), "include_usage": True}}
+
+
+# Anthropic's Messages API through the proxy, to look-alike llama-servers.
+
+LLAMA_MODEL = "llama-3.1-8b-Q4_K_M.gguf"
+
+
+async def _sse_events(response: aiohttp.ClientResponse) -> list[tuple[str, dict]]:
+    """(event name, data) of each event of a stream that names its events."""
+    text = (await response.read()).decode()
+    events = []
+    for block in filter(None, text.split("\n\n")):
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        events.append((lines["event"], json.loads(lines["data"])))
+    return events
+
+
+async def test_anthropic_messages_reach_the_backend_holding_the_prompt_streamed_and_not(
+        engines, proxy_for: ProxyFactory) -> None:
+    fleet = [await engines[1](0.02), await engines[1](0.02)]
+    for running in fleet:
+        await running.wait_ready()
+    p = await proxy_for([Url(r.port) for r in fleet], policy="prefix-aware")
+    system = "You are a careful assistant who answers in one line. " * 20
+    body = {"model": LLAMA_MODEL, "max_tokens": 6, "system": [{"type": "text", "text": system}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Say hello"}]}]}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(p.url + "/v1/messages", json=body) as r:
+            assert r.status == 200
+            first = r.headers["x-flotilla-backend"]
+            message = await r.json()
+        assert message["type"] == "message" and message["content"][0]["type"] == "text"
+        assert message["usage"]["input_tokens"] > 0 and message["stop_reason"] in ("end_turn", "max_tokens")
+        async with s.post(p.url + "/v1/messages", json={**body, "stream": True}) as r:
+            assert r.status == 200 and r.headers["Content-Type"].startswith("text/event-stream")
+            assert r.headers["x-flotilla-backend"] == first  # the shared system prompt is cached there
+            events = await _sse_events(r)
+        async with s.post(p.url + "/v1/messages/count_tokens", json={k: v for k, v in body.items()
+                                                                      if k != "max_tokens"}) as r:
+            assert r.status == 200 and r.headers["x-flotilla-backend"] == first
+            assert (await r.json())["input_tokens"] == message["usage"]["input_tokens"] + \
+                message["usage"]["cache_read_input_tokens"]
+    names = [name for name, _ in events]
+    assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"]
+    assert names[1] == "content_block_start" and names[-3] == "content_block_stop"
+    assert all(data["type"] == name for name, data in events)
+    assert events[0][1]["message"]["usage"]["cache_read_input_tokens"] > 0  # the first request's prefix
+    backend = next(b for b in p.proxy.pool if b.url == first)
+    assert backend.prefill_tokens > 0  # usage of both answers fed the prefill accounting
+
+
+async def test_anthropic_route_errors_come_in_anthropics_envelope(fake_backend: BackendFactory,
+                                                                   proxy_for: ProxyFactory) -> None:
+    b = await fake_backend()
+    p = await proxy_for([b])
+    cases = [
+        (dict(data=b"{not json", headers={"Content-Type": "application/json"}), 400),
+        (dict(json={"model": "tiny-llama", "max_tokens": 5}), 400),
+        (dict(json={"model": "tiny-llama", "system": 7, "messages": [{"role": "user", "content": "x"}]}), 400),
+        (dict(json={"model": "tiny-llama", "max_tokens": 0, "messages": [{"role": "user", "content": "x"}]}), 400),
+        (dict(json={"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]}), 404),
+    ]
+    async with aiohttp.ClientSession() as s:
+        for path in ("/v1/messages", "/v1/messages/count_tokens"):
+            for kwargs, status in cases:
+                async with s.post(p.url + path, **kwargs) as r:
+                    assert r.status == status, (path, kwargs)
+                    body = await r.json()
+                    assert body["type"] == "error" and set(body["error"]) == {"message", "type", "param", "code"}
+        async with s.get(p.url + "/v1/messages") as r:
+            assert r.status == 405 and (await r.json())["type"] == "error"
+    assert b.received == 0

@@ -112,3 +112,20 @@ def test_content_types_other_than_json_are_415() -> None:
     with pytest.raises(ProxyError) as exc:
         check_content_type("text/plain")
     assert exc.value.status == 415
+
+
+def test_anthropic_routing_view_renders_the_system_prompt_first_and_keys_sessions_by_user_id() -> None:
+    from proxy.request_parse import parse_anthropic_request
+
+    body = {"model": "m", "max_tokens": 8, "system": [{"type": "text", "text": "be brief"}],
+            "metadata": {"user_id": "u7"}, "stream": True,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"},
+                                                      {"type": "image", "source": {"type": "url", "url": "x"}}]}]}
+    p = parse_anthropic_request(body, {}, "x-session-id", 4.0)
+    assert p.info.prompt == "<|system|>be brief\n<|user|>hi" and p.info.session_key == "u7" and p.stream
+    assert p.info.prompt_tokens == 8 and p.info.max_tokens == 8
+    assert parse_anthropic_request({**body, "system": "s"}, {}, "x-session-id", 4.0).info.prompt == "<|system|>s\n<|user|>hi"
+    for bad, param in [({"system": 3}, "system"), ({"system": ["x"]}, "system[0]"), ({"messages": None}, "messages")]:
+        with pytest.raises(ProxyError) as err:
+            parse_anthropic_request({**body, **bad}, {}, "x-session-id", 4.0)
+        assert err.value.status == 400 and err.value.param == param

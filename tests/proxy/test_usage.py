@@ -137,3 +137,17 @@ async def test_a_usage_event_split_across_reads_or_crlf_framed_never_reaches_a_c
         assert p.proxy.pool.backends[0].prefill_tokens == 6  # the proxy read the usage it removed
     finally:
         await backend.runner.cleanup()
+
+
+def test_anthropic_usage_counts_cache_reads_and_writes_as_prompt_and_is_found_in_message_start() -> None:
+    whole = b'{"type":"message","usage":{"cache_read_input_tokens":30,"input_tokens":12,"output_tokens":5}}'
+    assert usage_from_json(whole) == Usage(prompt_tokens=42, cached_tokens=30, reports_cache=True)
+    written = b'{"usage":{"input_tokens":4,"cache_creation_input_tokens":6,"output_tokens":1}}'
+    assert usage_from_json(written) == Usage(prompt_tokens=10, cached_tokens=0, reports_cache=False)
+    stream = (b'event: message_start\ndata: {"type":"message_start","message":{"usage":'
+              b'{"cache_read_input_tokens":3,"input_tokens":9,"output_tokens":0}}}\n\n'
+              b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0}\n\n'
+              b'event: message_delta\ndata: {"type":"message_delta","usage":{"output_tokens":7}}\n\n'
+              b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
+    assert usage_from_sse_tail(stream) == Usage(prompt_tokens=12, cached_tokens=3, reports_cache=True)
+    assert usage_from_json(b'{"usage":{"input_tokens":"many"}}') is None
