@@ -15,7 +15,7 @@ from fake_engines.driver.live import LiveDriver
 from fake_engines.driver.serving import TIME_SCALE_HEADER, json_body
 from fake_engines.factory import build_engine
 from fake_engines.factory.llamacpp_http_flags import comma_set
-from fake_engines.llamacpp import access, engine, webui
+from fake_engines.llamacpp import access, cors_proxy, engine, webui
 from fake_engines.llamacpp.config import BUILD_INFO, LlamaServerConfig
 from fake_engines.llamacpp.errors import LlamaError, not_found, parse_json
 from fake_engines.llamacpp.metrics import METRICS_CONTENT_TYPE, render_metrics
@@ -89,6 +89,7 @@ def create_app(config: LlamaServerConfig) -> web.Application:
     app.on_response_prepare.append(_server_headers)
     access.install(app, access.AccessPolicy.of(config), lambda: server.ready)
     webui.add_ui_routes(app, enabled=not config.no_ui)
+    cors_proxy.add_cors_proxy_routes(app, enabled=config.ui_mcp_proxy)
     for path in ("/health", "/v1/health"):
         app.router.add_get(path, health)
     app.router.add_get("/metrics", metrics)
