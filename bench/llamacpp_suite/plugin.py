@@ -1,8 +1,9 @@
 """pytest plugin loaded into llama.cpp's test session: records the "File Not Found" answers (the 404 of
 a route the server does not have) each test received, so a pass that rests on one can be flagged hollow.
 It also makes ServerPreset.load_all, the session fixture that pre-downloads every preset's model by starting
-each preset once, a no-op: nothing can be downloaded here, and one preset (router mode, no model) failing
-there would error every test of the file instead of its own."""
+each preset once, start nothing: nothing can be downloaded here, and one preset failing there would error
+every test of the file instead of its own. What it leaves is what the downloads would: each preset's model
+noted in LLAMA_CACHE (`tmp`, as utils.py gives the servers), which a router-mode server lists."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def _is_route_miss(result) -> bool:
 def pytest_sessionstart(session: pytest.Session) -> None:
     import utils  # type: ignore[import-not-found]  # llama.cpp's tests/utils.py, on sys.path through its conftest
 
-    utils.ServerPreset.load_all = staticmethod(lambda: None)
+    utils.ServerPreset.load_all = staticmethod(lambda: _cache_presets(utils.ServerPreset))
     original = utils.ServerProcess.make_request
 
     def recording(self, method, path, *args, **kwargs):
@@ -36,6 +37,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         return result
 
     utils.ServerProcess.make_request = recording
+
+
+def _cache_presets(presets) -> None:
+    from pathlib import Path
+
+    from bench.llamacpp_suite.wrapper import downloaded
+    from fake_engines.llamacpp.model_sources import record_download
+
+    cache = Path(os.environ.get("LLAMA_CACHE", "tmp"))
+    for name in list(vars(presets)):
+        if name == "load_all" or not callable(getattr(presets, name)):
+            continue
+        server = getattr(presets, name)()
+        argv = ["--hf-repo", server.model_hf_repo] if server.model_hf_repo else []
+        argv += ["--hf-file", server.model_hf_file] if server.model_hf_file else []
+        download = downloaded(argv)
+        if download is not None:
+            record_download(*download, cache=cache)
 
 
 @pytest.hookimpl(hookwrapper=True)

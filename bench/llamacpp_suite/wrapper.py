@@ -13,6 +13,10 @@ from collections.abc import Callable
 CATALOGUE_MODEL = "llama-3.2-1b-Q8_0.gguf"
 """What a download becomes: a small catalogue model, named the way fake-llama-server's -m accepts."""
 
+HUB_QUANTS = {"ggml-org/test-model-stories260K": "F32", "ggml-org/test-model-stories260K-infill": "F32"}
+"""The quantisation of the one GGUF in the tests' repos that name no :TAG (what a download resolves
+to, and so the cache id a router lists: `repo:F32`)."""
+
 DOWNLOAD_FLAGS = frozenset({"-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-mu", "--model-url"})
 MODEL_FLAGS = frozenset({"-m", "--model"})
 
@@ -47,10 +51,29 @@ def map_model_args(argv: list[str], exists: Callable[[str], bool] = os.path.exis
     return out
 
 
+def downloaded(argv: list[str]) -> tuple[str, str] | None:
+    """(cache id, repo) of the model an `--hf-repo [--hf-file]` command line downloads, if its tag is known."""
+    from fake_engines.llamacpp.model_sources import cache_name
+
+    values = {flag: argv[i + 1] for i, flag in enumerate(argv[:-1])}
+    repo = next((values[f] for f in ("-hf", "-hfr", "--hf-repo") if f in values), None)
+    if repo is None:
+        return None
+    hf_file = next((values[f] for f in ("-hff", "--hf-file") if f in values), None)
+    if ":" not in repo and hf_file is None and repo in HUB_QUANTS:
+        repo = f"{repo}:{HUB_QUANTS[repo]}"
+    name = cache_name(repo, hf_file)
+    return (name, repo.split(":")[0]) if name else None
+
+
 def main() -> None:
     from fake_engines.llamacpp.cli import main as fake_main
+    from fake_engines.llamacpp.model_sources import record_download
 
     sys.argv[0] = "fake-llama-server"
+    download = downloaded(sys.argv[1:])
+    if download is not None:  # what the real download leaves in LLAMA_CACHE, for a later router to list
+        record_download(*download)
     raise SystemExit(fake_main(map_model_args(sys.argv[1:])))
 
 

@@ -168,8 +168,9 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser,
     # allow_abbrev=False: llama.cpp matches whole spellings only, so -ctk is -ctk, never -c tk
     p = parser_class(prog="fake-llama-server", description="Look-alike of llama.cpp's llama-server.",
                      allow_abbrev=False)
-    p.add_argument("-m", "--model", required=True, metavar="FNAME",
-                   help="a GGUF file, or <catalogue-model or Hugging Face name>-<QUANT>.gguf (need not exist)")
+    p.add_argument("-m", "--model", default=None, metavar="FNAME",
+                   help="a GGUF file, or <catalogue-model or Hugging Face name>-<QUANT>.gguf (need not exist); "
+                        "fake-llama-server without it is a router (fake_engines/llamacpp/router_mode.py)")
     p.add_argument("-a", "--alias", default=None, help="model id clients see (default: -m as given)")
     p.add_argument("-c", "--ctx-size", type=int, default=4096, metavar="N", help="KV cells shared by all slots")
     p.add_argument("-np", "--parallel", type=int, default=-1, metavar="N", help="slots; -1: auto (4)")
@@ -225,6 +226,8 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser,
 
 def config_from_args(args: argparse.Namespace) -> LlamaServerConfig:
     """Flags to a validated LlamaServerConfig."""
+    if args.model is None:
+        raise ServerConfigError("-m/--model is required")
     loras = [(path, 1.0) for path in args.lora] + [(path, _scale(scale)) for path, scale in args.lora_scaled]
     return LlamaServerConfig(
         model=args.model, alias=args.alias, n_ctx=args.ctx_size, n_parallel=args.parallel,

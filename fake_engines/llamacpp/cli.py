@@ -13,6 +13,8 @@ from fake_engines.factory import llamacpp_config as flags
 from fake_engines.factory.llamacpp_config import config_from_args
 from fake_engines.llamacpp.config import LlamaServerConfig, ServerConfigError
 from fake_engines.llamacpp.model import ModelFileError
+from fake_engines.llamacpp.model_sources import PresetError
+from fake_engines.llamacpp.router_mode import RouterSettings, settings_from_args
 from fake_engines.perf.catalogue import CatalogueError
 from flotilla.cli_errors import USAGE_ERROR, CannotListen
 
@@ -38,6 +40,9 @@ def _command_line_only(parser: argparse.ArgumentParser) -> None:
                         help="print the resolved engine config as JSON (slots, context per slot) and exit, "
                              "without serving")
     parser.add_argument("--version", action=_VersionAction)
+    from fake_engines.llamacpp.router_mode import add_router_flags
+
+    add_router_flags(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,12 +56,14 @@ def print_config(config: LlamaServerConfig) -> None:
     print(json.dumps(build_engine(config).describe(), indent=1))
 
 
-async def _serve(config: LlamaServerConfig, faults: FaultInjector | None = None) -> None:
+async def _serve(config: LlamaServerConfig, faults: FaultInjector | None = None,
+                 router: RouterSettings | None = None) -> None:
     from fake_engines.driver.serving import install_sigterm
+    from fake_engines.llamacpp.router_mode import start_router
     from fake_engines.llamacpp.server import start_llama
 
     try:
-        running = await start_llama(config, faults=faults)
+        running = await (start_router(config, router) if router is not None else start_llama(config, faults=faults))
     except OSError as exc:  # the port is taken, or --host is no address of this machine
         raise CannotListen(config.host, config.port, exc) from None
     stop = asyncio.Event()
@@ -75,15 +82,20 @@ def dashed_flags(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `fake-llama-server`."""
-    args = build_parser().parse_args(dashed_flags(sys.argv[1:] if argv is None else argv))
+    argv = dashed_flags(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    router = None
     try:
+        if args.model is None:  # no model: llama-server's router mode; its own app runs the child model
+            router = settings_from_args(args, argv)
+            args.model = router.child_model
         config = config_from_args(args)
         if args.print_config:
             print_config(config)
             return 0
         faults = FaultInjector(faults_from_args(args), api_key=config.api_key, exit_process=True)
-        asyncio.run(_serve(config, faults))
-    except (FaultConfigError, ServerConfigError, ModelFileError, CatalogueError, CannotListen) as exc:
+        asyncio.run(_serve(config, faults, router))
+    except (FaultConfigError, ServerConfigError, ModelFileError, CatalogueError, CannotListen, PresetError) as exc:
         print(f"error: {exc}", file=sys.stderr)  # one line naming the flag or file, no traceback
         return USAGE_ERROR
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -48,11 +49,15 @@ def bind_hosts(hosts: str, port: int) -> list[socket.socket]:
 
 
 async def start_llama(config: LlamaServerConfig, cold_start: bool = True,
-                      faults: fault_hooks.FaultInjector | None = None) -> RunningLlama:
+                      faults: fault_hooks.FaultInjector | None = None,
+                      setup: Callable[[web.Application], None] | None = None) -> RunningLlama:
     """Listen at once; after the modelled load (scaled by time_scale) the routes start answering.
 
-    `faults` (default: none armed, settable by POST /admin/faults) see fake_engines.driver.faults."""
+    `faults` (default: none armed, settable by POST /admin/faults) see fake_engines.driver.faults;
+    `setup` changes the app before it serves (router mode installs itself so)."""
     app = create_app(config)
+    if setup is not None:
+        setup(app)
     faults = faults or fault_hooks.FaultInjector(api_key=config.api_key)
     fault_hooks.install(app, faults, [app[SERVER_KEY].driver])
     sock, *more = bind_hosts(config.host, config.port)
