@@ -71,7 +71,8 @@ async def _run(request: web.Request, convert: Callable[[dict], dict], whole, str
     body = parse_json(await request.read())
     req = parse_request(server, convert(body), "chat")
     handles = submit_all(server, req)
-    cancel = functools.partial(_abort, server, handles)
+    _abort(server, handles[1:])  # a Responses body may carry `n`: these routes answer with one task
+    cancel = functools.partial(_abort, server, handles[:1])
     try:
         if req.stream:
             return await write_sse(request, SSE_HEADERS, streamed(server, req, handles[0], body), cancel)
