@@ -1,11 +1,14 @@
 """The whole fidelity count: a look-alike per capture run, started as the run's engine was, then
 every capture of the run replayed (bench.fidelity.replay) and, for the main runs, their error rows
 (bench.fidelity.tables), the metric families of their last `/metrics` capture against the
-look-alike's `/metrics` after the same requests, and the openai SDK's calls (bench.fidelity.sdk)."""
+look-alike's `/metrics` after the same requests, and the openai SDK's calls (bench.fidelity.sdk);
+then the main runs' recordings made again of look-alikes (bench.fidelity.record) and compared
+(bench.fidelity.recordings)."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -15,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.fidelity import replay, sdk, tables
+from bench.fidelity import record, recordings, replay, sdk, tables
 from bench.fidelity.items import Item
 from fake_engines.vllm.app import RUNTIME_LORA_ENV
 
@@ -49,37 +52,64 @@ async def _scrape(base: str) -> str:
 
 
 @asynccontextmanager
-async def _vllm(**flags: Any) -> AsyncIterator[str]:
+async def _vllm(time_scale: float = 0.01, cold_start: bool = False, port: int = 0, wait: bool = True,
+                **flags: Any) -> AsyncIterator[str]:
     """A look-alike vLLM started as the capture runs' (`--max-model-len 2048 --max-num-seqs 2`,
-    served as tiny-llama) plus `flags`; yields its base URL."""
+    served as tiny-llama) plus `flags`; yields its base URL (once ready, unless not `wait`)."""
     from fake_engines.vllm.config import VllmServeConfig
     from fake_engines.vllm.server import start_vllm
 
-    config = VllmServeConfig(model="llama-3.1-8b", served_model_name="tiny-llama", port=0, time_scale=0.01,
+    config = VllmServeConfig(model="llama-3.1-8b", served_model_name="tiny-llama", port=port, time_scale=time_scale,
                              max_model_len=2048, max_num_seqs=2, **flags)
-    engine = await start_vllm(config, cold_start=False)
+    engine = await start_vllm(config, cold_start=cold_start)
     try:
-        await engine.wait_ready()
+        if wait:
+            await engine.wait_ready()
         yield f"http://127.0.0.1:{engine.port}"
     finally:
         await engine.close()
 
 
 @asynccontextmanager
-async def _llama(alias: str) -> AsyncIterator[str]:
+async def _llama(alias: str = "/srv/mdls/tiny.gguf", time_scale: float = 0.01, cold_start: bool = False,
+                 port: int = 0, wait: bool = True) -> AsyncIterator[str]:
     """A look-alike llama-server started as the capture runs' (`-np 2 -c 2048 --metrics`); yields its
-    base URL."""
+    base URL (once ready, unless not `wait`)."""
     from fake_engines.llamacpp.config import LlamaServerConfig
     from fake_engines.llamacpp.server import start_llama
 
-    config = LlamaServerConfig(model="llama-3.1-8b-F16.gguf", alias=alias, port=0, time_scale=0.01, n_parallel=2,
-                               n_ctx=2048, metrics=True)
-    engine = await start_llama(config, cold_start=False)
+    config = LlamaServerConfig(model="llama-3.1-8b-F16.gguf", alias=alias, port=port, time_scale=time_scale,
+                               n_parallel=2, n_ctx=2048, metrics=True)
+    engine = await start_llama(config, cold_start=cold_start)
     try:
-        await engine.wait_ready()
+        if wait:
+            await engine.wait_ready()
         yield f"http://127.0.0.1:{engine.port}"
     finally:
         await engine.close()
+
+
+async def recording_items(engine: str) -> list[Item]:
+    """Each recording of the engine's main run against the same recording made of look-alikes
+    (bench.fidelity.record), compared as its kind is (bench.fidelity.recordings)."""
+    # the real vLLM's CPU backend chose 128-token blocks (the capture's README), so prefix hits fall
+    # on the same block boundaries
+    ours = await record.record_engine(engine, functools.partial(_vllm, block_size=128) if engine == "vllm" else _llama)
+    known = {s for name, kind in recordings.recordings(engine) if kind == "startup"
+             for s in recordings.startup_states(recordings.recorded(engine, name))}
+    items = []
+    for name, kind in recordings.recordings(engine):
+        accepted = recordings.ACCEPTED_RECORDINGS.get((engine, name))
+        if kind == "log":
+            verdict, detail = ("accepted", accepted) if accepted else ("missing", "no comparison")
+        elif name not in ours:
+            verdict, detail = "missing", "not recorded of the look-alike"
+        else:
+            detail = recordings.compare(kind, recordings.recorded(engine, name), ours[name], known)
+            verdict = "matched" if not detail else "accepted" if accepted else "differs"
+            detail = accepted if detail and accepted else detail
+        items.append(Item(engine, name, verdict, detail or "", "recording"))
+    return items
 
 
 async def all_items() -> list[Item]:
@@ -95,6 +125,8 @@ async def all_items() -> list[Item]:
     items += await lora_items()
     async with _llama("/srv/mdls/tiny.gguf") as base:
         items += await engine_items("llama.cpp", base)
+    for engine in ("vllm", "llama.cpp"):
+        items += await recording_items(engine)
     async with _llama("/srv/mdls/tiny-slow.gguf") as base:
         items += await replay.replay_engine("llama.cpp/slow-model", base)
     return items

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-KINDS = ("capture", "error", "metric", "sdk")
+KINDS = ("capture", "recording", "error", "metric", "sdk")
 VERDICTS = ("matched", "accepted", "differs", "missing")
 
 

@@ -99,12 +99,16 @@ def captured(engine: str, name: str) -> tuple[int, Any, bytes | None, str]:
     return status, body_shape(ctype, body), request, "text/plain" if "text_plain" in name else "application/json"
 
 
-async def replay_engine(engine: str, base: str, paths: dict[str, str] | None = None) -> list[Item]:
-    """Every request row of the engine's INDEX.md sent in order to the look-alike at base; `paths`
-    maps a captured machine's directory to one here (the LoRA run's adapters)."""
+async def replay_engine(engine: str, base: str, paths: dict[str, str] | None = None,
+                        names: set[str] | None = None) -> list[Item]:
+    """Every request row of the engine's INDEX.md (those of `names` if given) sent in order to the
+    look-alike at base; `paths` maps a captured machine's directory to one here (the LoRA run's
+    adapters)."""
     items = []
     async with aiohttp.ClientSession() as session:
         for name, method, path in index_rows(engine):
+            if names is not None and name not in names:
+                continue
             status, expected, request, ctype = captured(engine, name)
             for theirs, ours in (paths or {}).items():
                 request = request.replace(theirs.encode(), ours.encode()) if request is not None else None

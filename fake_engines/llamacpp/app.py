@@ -136,8 +136,9 @@ async def _stop_driver(app: web.Application) -> None:
 async def _server_headers(request: web.Request, response: web.StreamResponse) -> None:
     response.headers["Server"] = "llama.cpp"
     response.headers[TIME_SCALE_HEADER] = repr(request.app[SERVER_KEY].config.time_scale)
-    # cpp-httplib closes the connection after an error status and announces keep-alive otherwise
-    if response.status >= 400:
+    # cpp-httplib closes the connection after an error status or when the client asked it to
+    # (`Connection: close`, captures llama.cpp/032 and 068), and announces keep-alive otherwise
+    if response.status >= 400 or not request.keep_alive:
         response.force_close()
         response.headers["Connection"] = "close"
     else:
