@@ -47,8 +47,28 @@ def map_model_args(argv: list[str], exists: Callable[[str], bool] = os.path.exis
         i += 1
     has_model = any(flag in MODEL_FLAGS for flag in out)
     if wants_model and not has_model:
-        out.extend(["-m", CATALOGUE_MODEL])
+        out.extend(["-m", catalogue_model(argv)])
     return out
+
+
+def catalogue_model(argv: list[str]) -> str:
+    """The -m a download becomes: an embedding or reranking model the catalogue knows by the name of
+    its --hf-file folder or repo keeps its own entry (its width and pooling, e.g. bert-bge-small);
+    anything else is the small generative CATALOGUE_MODEL."""
+    from fake_engines.perf.catalogue import CatalogueError, load_catalogue
+
+    values = {flag: argv[i + 1] for i, flag in enumerate(argv[:-1])}
+    hf_file = next((values[f] for f in ("-hff", "--hf-file") if f in values), "")
+    repo = next((values[f] for f in ("-hf", "-hfr", "--hf-repo") if f in values), "")
+    catalogue = load_catalogue()
+    for name in (hf_file.split("/")[0], repo.split(":")[0]):
+        try:
+            spec = catalogue.model(name) if name else None
+        except CatalogueError:
+            continue
+        if spec is not None and spec.pooling:
+            return f"{spec.name}-F16.gguf"
+    return CATALOGUE_MODEL
 
 
 def downloaded(argv: list[str]) -> tuple[str, str] | None:

@@ -128,9 +128,10 @@ class LlamaCppScheduler:
         return request.num_prompt_tokens - len(slot.cache_tokens)
 
     def _launch(self, slot: Slot, request: EngineRequest) -> None:
-        if self.config.cache_ram_tokens:
+        if self.config.cache_ram_tokens and not request.is_prompt_only:
             self._swap_with_host_cache(slot, request)
-        n_cache = self._reusable_prefix(slot, request)
+        # embedding and rerank tasks are stateless in llama-server: they reuse no cached prefix
+        n_cache = 0 if request.is_prompt_only else self._reusable_prefix(slot, request)
         slot.cache_tokens = []
         slot.request = request
         slot.id_task = self._next_task
@@ -296,7 +297,7 @@ class LlamaCppScheduler:
         output = advance_request(request, num_new, self._streams[request.request_id], limit)
         if output is None:
             return None
-        self._totals["generation"] += 1
+        self._totals["generation"] += len(output.new_token_ids)
         self._totals["tokens_max"] = max(self._totals["tokens_max"], request.num_tokens)
         if output.finished:
             self._release(request)

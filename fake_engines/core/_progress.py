@@ -32,6 +32,8 @@ def advance_request(
     request.num_computed_tokens += num_new_tokens
     if request.num_computed_tokens < request.num_tokens:
         return None
+    if request.is_prompt_only:
+        return _prompt_done(request)
     token_id = next_token_id(stream)
     request.output_token_ids.append(token_id)
     reason = _finish_reason(request, context_limit)
@@ -48,4 +50,19 @@ def advance_request(
         num_output_tokens=len(request.output_token_ids),
         num_cached_tokens=request.num_cached_tokens or 0,
         is_first_token=len(request.output_token_ids) == 1,
+    )
+
+
+def _prompt_done(request: EngineRequest) -> RequestOutput:
+    """A prompt-only request (embeddings, rerank) ends once its prompt is computed: no token drawn."""
+    request.status = RequestStatus.FINISHED_STOPPED
+    return RequestOutput(
+        request_id=request.request_id,
+        new_token_ids=(),
+        finished=True,
+        finish_reason=FinishReason.STOP,
+        num_prompt_tokens=request.num_prompt_tokens,
+        num_output_tokens=0,
+        num_cached_tokens=request.num_cached_tokens or 0,
+        is_first_token=True,  # its prompt is done: where the engines count prompt tokens
     )

@@ -85,6 +85,11 @@ class EngineRequest:
         return len(self.prompt_token_ids)
 
     @property
+    def is_prompt_only(self) -> bool:
+        """max_tokens 0: a pooling task (embeddings, rerank) that computes its prompt and samples nothing."""
+        return self.max_tokens == 0
+
+    @property
     def num_tokens(self) -> int:
         """Prompt plus generated tokens: what the KV cache must eventually hold."""
         return len(self.prompt_token_ids) + len(self.output_token_ids)

@@ -393,7 +393,7 @@ class VllmScheduler:
         return output
 
     def _count_output(self, request: EngineRequest, output: RequestOutput) -> None:
-        self._totals["generation"] += 1
+        self._totals["generation"] += len(output.new_token_ids)
         if output.is_first_token:
             self._totals["prompt"] += request.num_prompt_tokens
 
@@ -410,7 +410,7 @@ class VllmScheduler:
         output = advance_request(request, num_new, self._streams[request.request_id])
         if output is None:
             return None
-        self._totals["generation"] += 1
+        self._totals["generation"] += len(output.new_token_ids)
         if output.is_first_token:
             self._totals["prompt"] += request.num_prompt_tokens
         if output.finished:

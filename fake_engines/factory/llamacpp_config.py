@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fake_engines.factory import llamacpp_http_flags as http_flags
+from fake_engines.factory import llamacpp_pooling_flags as pooling_flags
 from flotilla.cli_errors import OneLineParser, port_number
 from flotilla.errors import FlagError
 
@@ -107,6 +108,14 @@ class LlamaServerConfig:
     """Process start-up before loading (modelled seconds)."""
     mean_output_tokens: float = 128.0
     """Mean output length before EOS."""
+    embedding: bool = False
+    """--embedding / --embeddings (or --reranking): serve /embeddings and /v1/embeddings (501 otherwise)."""
+    pooling: str = ""
+    """--pooling: none, mean, cls, last or rank (--reranking); "" is the model's own."""
+    embd_normalize: int = 2
+    """--embd-normalize: -1 none, 0 max absolute (int16), 1 taxicab, 2 euclidean, >2 p-norm."""
+    spm_infill: bool = False
+    """--spm-infill: /infill puts the suffix before the prefix."""
 
     def __post_init__(self) -> None:
         for name in ("n_ctx", "n_batch", "n_ubatch"):
@@ -215,6 +224,7 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser,
     look.add_argument("--mean-output-tokens", type=float, default=128.0,
                       help="mean output length before EOS when a request does not ignore it")
     http_flags.add_http_flags(p)
+    pooling_flags.add_pooling_flags(p)
     if extra is not None:
         extra(p)
     from fake_engines.factory.upstream import add_upstream_flags
@@ -238,7 +248,7 @@ def config_from_args(args: argparse.Namespace) -> LlamaServerConfig:
         cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v, cache_ram_mib=args.cache_ram, host=args.host, port=args.port, api_key=args.api_key,
         gpu=args.gpu, catalogue=tuple(args.catalogue), time_scale=args.time_scale, seed=args.seed,
         load_gbps=args.load_gbps, startup_s=args.startup_seconds, mean_output_tokens=args.mean_output_tokens,
-        **http_flags.http_settings(args))
+        **http_flags.http_settings(args), **pooling_flags.pooling_settings(args))
 
 
 def _scale(text: str) -> float:

@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from fake_engines.core import LlamaCppScheduler, OutputLengthSampler, SlotState, decode, encode
+from fake_engines.core import LlamaCppScheduler, OutputLengthSampler, SlotState, decode
 from fake_engines.driver.chat import CHATML_TEMPLATE, chat_prompt
 from fake_engines.driver.live import LiveDriver
 from fake_engines.driver.serving import TIME_SCALE_HEADER, json_body
 from fake_engines.factory import build_engine
 from fake_engines.factory.llamacpp_http_flags import comma_set
-from fake_engines.llamacpp import access, cors_proxy, engine, webui
+from fake_engines.llamacpp import access, cors_proxy, engine, vocab, webui
 from fake_engines.llamacpp.config import BUILD_INFO, LlamaServerConfig
 from fake_engines.llamacpp.errors import LlamaError, not_found, parse_json
 from fake_engines.llamacpp.metrics import METRICS_CONTENT_TYPE, render_metrics
@@ -103,6 +103,9 @@ def create_app(config: LlamaServerConfig) -> web.Application:
     for path in ("/chat/completions", "/v1/chat/completions", "/api/chat"):
         app.router.add_post(path, routes.chat_completions)
     _add_compat_routes(app)
+    from fake_engines.llamacpp.pooling_routes import add_pooling_routes
+
+    add_pooling_routes(app)  # /embeddings, /v1/embeddings, /rerank
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/detokenize", detokenize)
     app.router.add_post("/apply-template", apply_template)
@@ -245,10 +248,12 @@ async def models(request: web.Request) -> web.Response:
 async def tokenize(request: web.Request) -> web.Response:
     """{"tokens": [...]}; with_pieces adds each token's text."""
     body = parse_json(await request.read())
-    content = body.get("content", "")  # llama-server reads only `content`: {"prompt": ...} gives no tokens
-    tokens = encode(content) if isinstance(content, str) else []
-    if body.get("with_pieces"):
-        return json_body({"tokens": [{"id": t, "piece": decode([t])} for t in tokens]})
+    if "content" not in body:  # llama-server reads only `content`: {"prompt": ...} gives no tokens
+        return json_body({"tokens": []})
+    tokens = vocab.tokenize_content(body["content"], body.get("add_special") is True)
+    if body.get("with_pieces") is True:
+        return json_body({"tokens": [{"id": t, "piece": p} for t, p in zip(tokens, vocab.token_pieces(tokens),
+                                                                              strict=True)]})
     return json_body({"tokens": tokens})
 
 

@@ -7,6 +7,7 @@ Every one is a std::invalid_argument there, so a 400 invalid_request_error here.
 from __future__ import annotations
 
 from fake_engines.llamacpp.errors import LlamaError
+from fake_engines.llamacpp.media import check_message_media
 
 
 def check_chat_body(body: dict, prefill_assistant: bool = True) -> None:
@@ -15,6 +16,7 @@ def check_chat_body(body: dict, prefill_assistant: bool = True) -> None:
     messages = body["messages"]
     for msg in messages:
         _check_content_present(msg)
+        check_message_media(msg)  # the same loop loads media in llama-server: no projector here
     for msg in messages:
         _check_parsed(msg)
     continuation = _continuation(body.get("continue_final_message"))

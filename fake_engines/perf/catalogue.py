@@ -129,6 +129,9 @@ class ModelSpec:
     max_position_embeddings: int = 0
     """Context length the model was trained for (config.json `max_position_embeddings`): vLLM's
     default --max-model-len and llama.cpp's n_ctx_train; 0 when unknown (an explicit shape)."""
+    pooling: str = ""
+    """How an embedding or reranking model pools its tokens (the GGUF's pooling_type, llama-server's
+    default --pooling): cls, mean, last or rank; empty for a generative model (llama.cpp's none)."""
     aliases: tuple[str, ...] = ()
     """Other names of the same shape (Hugging Face ids or their last part, any case), for names the
     rule in `model_name_candidates` does not reach (meta-llama/Llama-3.3-70B-Instruct)."""
@@ -241,7 +244,7 @@ def _value(key: str, value: Any) -> Any:
         return str(value).lower()
     if key == "aliases":
         return tuple(str(v).lower() for v in value) if isinstance(value, list) else (str(value).lower(),)
-    if key != "source" and isinstance(value, str):
+    if key not in ("source", "pooling") and isinstance(value, str):
         return float(value)
     return value
 
