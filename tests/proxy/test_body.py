@@ -40,7 +40,7 @@ def test_gzip_zlib_deflate_raw_deflate_and_several_gzip_members_decode() -> None
     (gzip.compress(BODY)[:-12], 400),  # cut short
     (b"not gzip at all", 400),
     (gzip.compress(BODY) + b"trailing junk", 400),
-])
+], ids=["bomb", "cut short", "not gzip", "trailing junk"])
 def test_bombs_and_corrupt_bodies_are_refused_while_decoding(data: bytes, status: int) -> None:
     with pytest.raises(ProxyError) as exc:
         decode(data, "gzip", 64 * 1024)
@@ -77,7 +77,7 @@ async def test_a_gzip_body_reaches_the_engine_decoded_without_content_encoding(
     (b"\x1b\x00", "br", 415), (b"(\xb5/\xfd", "zstd", 415), (b"x", "compress", 415), (BODY, "gzip, br", 415),
     (gzip.compress(b"\0" * (10 << 20)), "gzip", 413),
     (gzip.compress(BODY)[:-12], "gzip", 400), (b"not gzip", "gzip", 400),
-])
+], ids=["br", "zstd", "compress", "gzip then br", "bomb", "cut short", "not gzip"])
 async def test_unsupported_bombs_and_corrupt_bodies_get_the_proxys_error_and_no_traceback(
         fake_backend: BackendFactory, proxy_for: ProxyFactory, caplog: pytest.LogCaptureFixture,
         data: bytes, encoding: str, status: int) -> None:
