@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bench.llamacpp_suite.classify import Case, parse_junit
 from bench.llamacpp_suite.report import render, replace_section
+from bench.llamacpp_suite.wrapper import TEMPLATES_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "0.3.36"
@@ -45,6 +46,20 @@ def fetch_tests(home: Path) -> Path:
             m.name = "server/tests/" + m.name[len(prefix):]
         tar.extractall(home, members=members, filter="data")
     return tests
+
+
+def fetch_templates(home: Path) -> Path:
+    """llama.cpp's models/templates/*.jinja from the sdist (test_template.py and others pass them by path)."""
+    templates = home / "models" / "templates"
+    if templates.is_dir():
+        return templates
+    prefix = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/models/templates/"
+    with tarfile.open(home / f"llama_cpp_python-{VERSION}.tar.gz") as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(prefix) and m.isfile()]
+        for m in members:
+            m.name = "models/templates/" + m.name[len(prefix):]
+        tar.extractall(home, members=members, filter="data")
+    return templates
 
 
 def ensure_venv(home: Path, tests: Path) -> Path:
@@ -77,7 +92,7 @@ def run_file(python: Path, tests: Path, file: str, out: Path, wrapper: Path, tim
     stem = Path(file).stem
     xml, misses = out / f"{stem}.xml", out / f"{stem}.misses.json"
     env = {**os.environ, "LLAMA_SERVER_BIN_PATH": str(wrapper), "LLAMACPP_SUITE_MISSES": str(misses),
-           "PYTHONPATH": str(REPO)}
+           "PYTHONPATH": str(REPO), TEMPLATES_ENV: str(tests.parent.parent / "models" / "templates")}
     with open(out / f"{stem}.log", "w") as log:
         subprocess.run([str(python), "-m", "pytest", file, "-m", "not slow", "-p", "no:cacheprovider",
                         "-p", "bench.llamacpp_suite.plugin", f"--timeout={timeout}", "-rN",
@@ -102,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.reparse:
         return publish(reparse(args.out), args.out, args.no_docs or bool(args.files))
     tests = fetch_tests(args.home)
+    fetch_templates(args.home)
     python = ensure_venv(args.home, tests)
     wrapper = write_wrapper(args.home)
     (tests / "tmp").mkdir(exist_ok=True)  # LLAMA_CACHE=tmp: the real server creates it with its first download

@@ -1,7 +1,9 @@
 """The binary named by LLAMA_SERVER_BIN_PATH: fake-llama-server with only model downloads mapped.
 
 Nothing can be downloaded here, so `--hf-repo`/`--hf-file`/`--model-url` and a `-m` naming a file that
-does not exist become `-m` of a catalogue model; every other flag passes through as the tests give it.
+does not exist become `-m` of a catalogue model; every other flag passes through as the tests give it,
+but for one path: the tests name llama.cpp's template files by where they lie in its source tree
+(`../../../models/templates/X.jinja`), and the sdist's copies lie under the suite's home instead.
 """
 
 from __future__ import annotations
@@ -86,6 +88,20 @@ def downloaded(argv: list[str]) -> tuple[str, str] | None:
     return (name, repo.split(":")[0]) if name else None
 
 
+TEMPLATES_ENV = "LLAMACPP_SUITE_TEMPLATES"
+"""The folder holding the sdist's models/templates (bench/llamacpp_suite/__main__.py sets it)."""
+
+
+def map_template_file(argv: list[str], templates: str | None, exists: Callable[[str], bool] = os.path.exists) -> list[str]:
+    """argv with a `--chat-template-file` under models/templates/ that is not there read from `templates`."""
+    out = list(argv)
+    for i, flag in enumerate(out[:-1]):
+        path = out[i + 1]
+        if flag == "--chat-template-file" and templates and not exists(path) and "models/templates/" in path:
+            out[i + 1] = os.path.join(templates, os.path.basename(path))
+    return out
+
+
 def main() -> None:
     from fake_engines.llamacpp.cli import main as fake_main
     from fake_engines.llamacpp.model_sources import record_download
@@ -94,7 +110,8 @@ def main() -> None:
     download = downloaded(sys.argv[1:])
     if download is not None:  # what the real download leaves in LLAMA_CACHE, for a later router to list
         record_download(*download)
-    raise SystemExit(fake_main(map_model_args(sys.argv[1:])))
+    argv = map_template_file(sys.argv[1:], os.environ.get(TEMPLATES_ENV))
+    raise SystemExit(fake_main(map_model_args(argv)))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from fake_engines.driver.chat import CHATML_TEMPLATE
 from fake_engines.factory.catalogue import catalogue_of
 from fake_engines.perf.catalogue import CatalogueError, ModelSpec, model_from_shape
 from flotilla.errors import FlagError
@@ -46,6 +47,8 @@ class GgufModel:
     """Bytes of weights."""
     vocab_size: int
     """Vocabulary entries."""
+    chat_template: str | None = None
+    """tokenizer.chat_template; a catalogue model carries the ChatML template of the captured engine's model."""
 
 
 def load_model(path: str, catalogue: tuple[str, ...] = ()) -> GgufModel:
@@ -69,7 +72,7 @@ def _from_name(path: str, catalogue: tuple[str, ...] = ()) -> GgufModel:
     ftype = "all F32" if quant == "F32" else f"MOSTLY_{quant}"
     return GgufModel(path=path, spec=spec, bits_per_weight=bits, n_ctx_train=spec.max_position_embeddings or 131072,
                      ftype=ftype,
-                     size_bytes=int(spec.params * bits / 8), vocab_size=spec.vocab)
+                     size_bytes=int(spec.params * bits / 8), vocab_size=spec.vocab, chat_template=CHATML_TEMPLATE)
 
 
 def _field(reader, key: str, default=None):
@@ -104,4 +107,5 @@ def _from_gguf(path: str) -> GgufModel:
     ftype = int(_field(reader, "general.file_type", 0))
     return GgufModel(path=path, spec=spec, bits_per_weight=size * 8 / max(params, 1),
                      n_ctx_train=int(_field(reader, f"{arch}.context_length", 2048)),
-                     ftype=FTYPE_NAMES.get(ftype, f"MOSTLY_TYPE_{ftype}"), size_bytes=size, vocab_size=vocab)
+                     ftype=FTYPE_NAMES.get(ftype, f"MOSTLY_TYPE_{ftype}"), size_bytes=size, vocab_size=vocab,
+                     chat_template=_field(reader, "tokenizer.chat_template"))

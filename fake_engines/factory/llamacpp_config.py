@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fake_engines.factory import llamacpp_chat_flags as chat_flags
 from fake_engines.factory import llamacpp_http_flags as http_flags
 from fake_engines.factory import llamacpp_pooling_flags as pooling_flags
 from flotilla.cli_errors import OneLineParser, port_number
@@ -94,6 +95,22 @@ class LlamaServerConfig:
     """--slot-save-path: folder of slot files; None: POST /slots/ID answers 501."""
     tags: str | None = None
     """--tags, comma-separated."""
+    chat_template: str | None = None
+    """--chat-template (built-in name or Jinja source) or --chat-template-file's text; None: the model's."""
+    jinja: bool = True
+    """--jinja / --no-jinja."""
+    reasoning: str = "auto"
+    """-rea/--reasoning: on, off or auto."""
+    reasoning_format: str = "auto"
+    """--reasoning-format."""
+    reasoning_budget: int = -1
+    """--reasoning-budget."""
+    chat_template_kwargs: tuple[tuple[str, str], ...] = ()
+    """--chat-template-kwargs: (name, JSON text) pairs."""
+    prefill_assistant: bool = True
+    """False with --no-prefill-assistant."""
+    verbose: bool = False
+    """-v/--verbose: responses carry `__verbose`."""
     gpu: str = "h100"
     """Catalogue GPU the look-alike pretends to run on."""
     catalogue: tuple[str, ...] = ()
@@ -224,6 +241,7 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser,
     look.add_argument("--mean-output-tokens", type=float, default=128.0,
                       help="mean output length before EOS when a request does not ignore it")
     http_flags.add_http_flags(p)
+    chat_flags.add_chat_flags(p)
     pooling_flags.add_pooling_flags(p)
     if extra is not None:
         extra(p)
@@ -248,7 +266,7 @@ def config_from_args(args: argparse.Namespace) -> LlamaServerConfig:
         cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v, cache_ram_mib=args.cache_ram, host=args.host, port=args.port, api_key=args.api_key,
         gpu=args.gpu, catalogue=tuple(args.catalogue), time_scale=args.time_scale, seed=args.seed,
         load_gbps=args.load_gbps, startup_s=args.startup_seconds, mean_output_tokens=args.mean_output_tokens,
-        **http_flags.http_settings(args), **pooling_flags.pooling_settings(args))
+        **http_flags.http_settings(args), **chat_flags.chat_settings(args), **pooling_flags.pooling_settings(args))
 
 
 def _scale(text: str) -> float:

@@ -10,18 +10,19 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from fake_engines.core import LlamaCppScheduler, OutputLengthSampler, SlotState, decode
-from fake_engines.driver.chat import CHATML_TEMPLATE, chat_prompt
 from fake_engines.driver.live import LiveDriver
 from fake_engines.driver.serving import TIME_SCALE_HEADER, json_body
 from fake_engines.factory import build_engine
 from fake_engines.factory.llamacpp_http_flags import comma_set
 from fake_engines.llamacpp import access, cors_proxy, engine, vocab, webui
+from fake_engines.llamacpp.chat_checks import check_chat_body
 from fake_engines.llamacpp.config import BUILD_INFO, LlamaServerConfig
 from fake_engines.llamacpp.errors import LlamaError, not_found, parse_json
 from fake_engines.llamacpp.metrics import METRICS_CONTENT_TYPE, render_metrics
 from fake_engines.llamacpp.model import GgufModel
 from fake_engines.llamacpp.shapes import sampler_params
 from fake_engines.llamacpp.telemetry import LlamaTelemetry
+from fake_engines.llamacpp.templates import ChatTemplates, body_prompt, templates_for
 
 
 @dataclass
@@ -40,6 +41,8 @@ class LlamaServer:
     """server_metrics."""
     sampler: OutputLengthSampler
     """Seeded output lengths."""
+    templates: ChatTemplates
+    """The chat template every chat route renders with (fake_engines/llamacpp/templates.py)."""
     lora_scales: list[float] = field(default_factory=list)
     """Global scale of each preloaded adapter (POST /lora-adapters changes them)."""
     ready: bool = False
@@ -77,7 +80,9 @@ def build_server(config: LlamaServerConfig) -> LlamaServer:
     telemetry = LlamaTelemetry(core)
     driver = LiveDriver(core, built.step_time, config.time_scale, telemetry)
     sampler = OutputLengthSampler(seed=config.seed, mean_output_tokens=config.mean_output_tokens)
-    return LlamaServer(built.config, built.gguf, built.spec, driver, telemetry, sampler, [s for _, s in config.loras])
+    templates = templates_for(config, built.gguf.chat_template)
+    return LlamaServer(built.config, built.gguf, built.spec, driver, telemetry, sampler, templates,
+                       [s for _, s in config.loras])
 
 
 def create_app(config: LlamaServerConfig) -> web.Application:
@@ -216,16 +221,10 @@ async def props(request: web.Request) -> web.Response:
         "modalities": {"vision": False, "video": False, "audio": False}, "media_marker": server.media_marker,
         "endpoint_slots": config.slots, "endpoint_props": False, "endpoint_metrics": config.metrics,
         "ui": not config.no_ui,
-        "ui_settings": {}, "chat_template": CHATML_TEMPLATE, "chat_template_caps": CHATML_TEMPLATE_CAPS,
+        "ui_settings": {}, "chat_template": server.templates.source,
+        "chat_template_caps": server.templates.props_caps(),
         "bos_token": "<s>", "eos_token": "</s>", "build_info": BUILD_INFO, "is_sleeping": False,
         "cors_proxy_enabled": config.ui_mcp_proxy})
-
-
-CHATML_TEMPLATE_CAPS = {"supports_object_arguments": False, "supports_parallel_tool_calls": False,
-                        "supports_preserve_reasoning": False, "supports_reasoning_effort": False,
-                        "supports_string_content": True, "supports_system_role": True, "supports_tool_calls": False,
-                        "supports_tools": False, "supports_typed_content": True}
-"""What llama-server's template analysis reports for the ChatML template (capture `llama.cpp/007_props`)."""
 
 
 async def models(request: web.Request) -> web.Response:
@@ -262,7 +261,8 @@ async def apply_template(request: web.Request) -> web.Response:
     body = parse_json(await request.read())
     if not isinstance(body.get("messages"), list):
         raise LlamaError(400, "Expected 'messages' to be an array")
-    return json_body({"prompt": chat_prompt(body["messages"])})
+    check_chat_body(body)
+    return json_body({"prompt": body_prompt(request.app[SERVER_KEY].templates, body)})
 
 
 async def detokenize(request: web.Request) -> web.Response:

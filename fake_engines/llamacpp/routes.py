@@ -17,7 +17,6 @@ from aiohttp import web
 
 from fake_engines.core import EngineRequest, RequestRejected, decode, encode
 from fake_engines.driver import logprobs as made_up
-from fake_engines.driver.chat import chat_prompt
 from fake_engines.driver.live import RequestHandle
 from fake_engines.driver.serving import json_body, write_sse
 from fake_engines.driver.stops import cut_at_stop
@@ -26,6 +25,7 @@ from fake_engines.llamacpp.app import SERVER_KEY, LlamaServer
 from fake_engines.llamacpp.chat_checks import check_chat_body
 from fake_engines.llamacpp.errors import LlamaError, max_tokens, parse_json, typed
 from fake_engines.llamacpp.telemetry import request_timings
+from fake_engines.llamacpp.templates import ChatTemplates, body_prompt
 
 SSE_HEADERS = {"X-Accel-Buffering": "no", "Content-Type": "text/event-stream"}
 
@@ -62,6 +62,8 @@ class LlamaRequest:
     """The request's seed (its logprobs are a function of it), else the server's."""
     sampled: bool = True
     """temperature > 0 (llama-server's default 0.8): the drawn token need not be the most likely."""
+    verbose: bool = False
+    """OpenAI routes: add `__verbose` (the native final body, the prompt among it); --verbose's default."""
 
     @property
     def prompts(self) -> list[list[int]]:
@@ -83,14 +85,14 @@ class Piece:
     """The stop string that ended the request, else ""."""
 
 
-def _prompt(body: dict, kind: str) -> str | list[int]:
+def _prompt(body: dict, kind: str, templates: ChatTemplates) -> str | list[int]:
     if kind == "chat":
         if "messages" not in body:
             raise LlamaError(400, "'messages' is required")
         if not isinstance(body["messages"], list):
             raise LlamaError(400, "Expected 'messages' to be an array")
         check_chat_body(body)
-        return chat_prompt(body["messages"])
+        return body_prompt(templates, body)
     if "prompt" not in body:
         raise LlamaError(400, "[json.exception.out_of_range.403] key 'prompt' not found")
     prompt = body["prompt"]
@@ -148,7 +150,7 @@ def parse_request(server: LlamaServer, body: dict, kind: str) -> LlamaRequest:
     temperature = typed(body, "temperature", float, "number")
     n = int(typed(body, "n", float, "number") or 1) if kind != "native" else 1
     n_predict = max_tokens(body)
-    prompt = _prompt(body, kind)
+    prompt = _prompt(body, kind, server.templates)
     ids = prompt if isinstance(prompt, list) else encode(prompt)
     text = decode(ids) if isinstance(prompt, list) else prompt
     options = body.get("stream_options") or {}
@@ -156,7 +158,8 @@ def parse_request(server: LlamaServer, body: dict, kind: str) -> LlamaRequest:
                         include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
                         ignore_eos=bool(body.get("ignore_eos")), lora=_lora(server, body), stop=_stops(body),
                         more_prompts=_more_prompts(body, kind), n=max(n, 1), n_probs=_n_probs(body, kind),
-                        seed=typed(body, "seed", float, "number"), sampled=temperature is None or temperature > 0)
+                        seed=typed(body, "seed", float, "number"), sampled=temperature is None or temperature > 0,
+                        verbose=kind != "native" and bool(body.get("verbose", server.config.verbose)))
 
 
 def _stops(body: dict) -> list[str]:
@@ -306,7 +309,17 @@ async def _collect(server: LlamaServer, req: LlamaRequest, handles: list[Request
     body["choices"] = [_with_logprobs(server, req, handle, {**body["choices"][0], **_choice_text(req, result),
                                                             "index": i}, result.token_ids or [], 0)
                        for i, (handle, result) in enumerate(zip(handles, results, strict=True))]
+    if req.verbose:
+        _add_verbose(body, _native_final(server, req, handles[0], results[0].last, timings, results[0].text))
     return json_body(body)
+
+
+def _add_verbose(body: dict, native: dict) -> None:
+    """`__verbose` after the OpenAI fields and before `timings`, as llama-server adds it."""
+    timings = body.pop("timings", None)
+    body["__verbose"] = native
+    if timings is not None:
+        body["timings"] = timings
 
 
 def _choice_text(req: LlamaRequest, result: _Collected) -> dict:

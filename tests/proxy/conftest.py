@@ -75,6 +75,7 @@ class FakeBackend:
     async def start(self, port: int = 0) -> None:
         app = web.Application(middlewares=[self.check_authorization])
         app.add_routes([web.post("/v1/completions", self.generate), web.post("/v1/chat/completions", self.generate),
+                        web.post("/v1/messages", self.generate),  # answered in the completions shape
                         web.get("/v1/models", self.list_models), web.get("/health", self.health),
                         web.get("/metrics", self.metrics), web.post("/tokenize", self.tokenize)])
         self.runner = web.AppRunner(app, handler_cancellation=True, access_log=None)

@@ -444,3 +444,23 @@ async def test_anthropic_route_errors_come_in_anthropics_envelope(fake_backend: 
         async with s.get(p.url + "/v1/messages") as r:
             assert r.status == 405 and (await r.json())["type"] == "error"
     assert b.received == 0
+
+
+async def test_anthropic_streams_that_break_end_with_an_error_event_and_failures_keep_the_envelope(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    b = await fake_backend(chunks=5, die_after_chunks=2)
+    p = await proxy_for([b])
+    body = {"model": "tiny-llama", "max_tokens": 5, "stream": True, "messages": [{"role": "user", "content": "x"}]}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(p.url + "/v1/messages", json=body) as r:
+            assert r.status == 200
+            text = (await r.read()).decode()
+        assert text.count("data: ") == 3 and "[DONE]" not in text
+        name, data = text.rstrip("\n").split("\n\n")[-1].split("\n")
+        assert name == "event: error"
+        error = json.loads(data[len("data: "):])
+        assert error["type"] == "error" and error["error"]["code"] == 502
+        b.knobs.die_before_first_byte = True
+        async with s.post(p.url + "/v1/messages", json={**body, "stream": False}) as r:
+            assert r.status == 502 and r.headers["x-flotilla-backend"] == b.url
+            assert (await r.json())["type"] == "error"
