@@ -10,7 +10,7 @@ prefix-cache block hash, exported so a prefix-aware router can compute the same 
 
 from fake_engines.core._block_pool import HASH_ALGOS, NONE_HASH, hash_block_tokens
 from fake_engines.core._config import ConfigError, LlamaCppSchedulerConfig, VllmSchedulerConfig
-from fake_engines.core._generator import OutputLengthSampler, next_token_id, token_stream
+from fake_engines.core._generator import OutputLengthSampler, Sampling, next_token_id, token_stream
 from fake_engines.core._llamacpp_scheduler import LlamaCppScheduler
 from fake_engines.core._protocol import EngineCore
 from fake_engines.core._request import (
@@ -42,6 +42,7 @@ __all__ = [
     "RequestRejected",
     "RequestStatus",
     "ScheduledStep",
+    "Sampling",
     "SchedulerStats",
     "SlotState",
     "VllmScheduler",

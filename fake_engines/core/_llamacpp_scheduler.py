@@ -8,12 +8,11 @@ finish_reason "length", as llama-server stops a slot that runs out of context.
 
 from __future__ import annotations
 
-import random
 from collections import deque
 
 from fake_engines.core import _llamacpp_decode_run as _decode_run
 from fake_engines.core._config import LlamaCppSchedulerConfig
-from fake_engines.core._generator import next_token_ids, token_stream
+from fake_engines.core._generator import TokenSource, next_token_ids, request_tokens
 from fake_engines.core._progress import advance_request
 from fake_engines.core._request import (
     EngineRequest,
@@ -46,7 +45,7 @@ class LlamaCppScheduler:
         self.deferred: deque[EngineRequest] = deque()
         self.requests: dict[str, EngineRequest] = {}
         self._slot_of: dict[str, Slot] = {}
-        self._streams: dict[str, random.Random] = {}
+        self._streams: dict[str, TokenSource] = {}
         self._in_flight: ScheduledStep | None = None
         self._out_of_cells: set[str] = set()
         self._clock = 0
@@ -67,7 +66,7 @@ class LlamaCppScheduler:
             raise ValueError(f"request id {request.request_id!r} is already in the engine")
         request.status = RequestStatus.WAITING
         self.requests[request.request_id] = request
-        self._streams[request.request_id] = token_stream(self.config.seed, request.request_id)
+        self._streams[request.request_id] = request_tokens(self.config.seed, request.request_id, request.sampling)
         self.deferred.append(request)
         self._launch_deferred()
 

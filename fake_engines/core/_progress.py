@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import random
-
-from fake_engines.core._generator import next_token_id
+from fake_engines.core._generator import TokenSource, next_token_id
 from fake_engines.core._request import EngineRequest, FinishReason, RequestOutput, RequestStatus
 
 
@@ -22,7 +20,7 @@ def _finish_reason(request: EngineRequest, context_limit: int | None) -> FinishR
 def advance_request(
     request: EngineRequest,
     num_new_tokens: int,
-    stream: random.Random,
+    stream: TokenSource,
     context_limit: int | None = None,
 ) -> RequestOutput | None:
     """Credit num_new_tokens computed tokens; once caught up, sample the next token.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from fake_engines.core._generator import Sampling
 from fake_engines.perf.batch import StepBatch
 
 
@@ -67,6 +68,9 @@ class EngineRequest:
     priority: int = 0
     """vLLM's request priority under `--scheduling-policy priority`: lower is served first
     (ties by arrival, then request id)."""
+    sampling: Sampling | None = None
+    """How its tokens are drawn (llama.cpp look-alike: seed and prompt, grammar, logit bias);
+    None: from the engine seed and the request id."""
 
     status: RequestStatus = RequestStatus.WAITING
     """Lifecycle state; see RequestStatus."""

@@ -125,6 +125,8 @@ class LlamaServerConfig:
     """Process start-up before loading (modelled seconds)."""
     mean_output_tokens: float = 128.0
     """Mean output length before EOS."""
+    sleep_idle_seconds: int = -1
+    """--sleep-idle-seconds: sleep after this long without a task (-1 never; fake_engines/llamacpp/sleep.py)."""
     embedding: bool = False
     """--embedding / --embeddings (or --reranking): serve /embeddings and /v1/embeddings (501 otherwise)."""
     pooling: str = ""
@@ -226,6 +228,8 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser,
                    help="host-memory prompt cache, MiB (default 8192, -1 no limit, 0 off)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind")
     p.add_argument("--port", type=port_number, default=8080, help="TCP port; 0 picks a free one")
+    p.add_argument("--sleep-idle-seconds", type=int, default=-1, metavar="SECONDS",
+                   help="number of seconds of idleness after which the server will sleep (default: -1; -1 = disabled)")
     p.add_argument("--api-key", default=None, help="bearer token required on all but the public routes")
     from fake_engines.driver.faults import add_fault_arguments
 
@@ -266,6 +270,7 @@ def config_from_args(args: argparse.Namespace) -> LlamaServerConfig:
         cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v, cache_ram_mib=args.cache_ram, host=args.host, port=args.port, api_key=args.api_key,
         gpu=args.gpu, catalogue=tuple(args.catalogue), time_scale=args.time_scale, seed=args.seed,
         load_gbps=args.load_gbps, startup_s=args.startup_seconds, mean_output_tokens=args.mean_output_tokens,
+        sleep_idle_seconds=args.sleep_idle_seconds,
         **http_flags.http_settings(args), **chat_flags.chat_settings(args), **pooling_flags.pooling_settings(args))
 
 

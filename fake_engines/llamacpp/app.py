@@ -14,7 +14,7 @@ from fake_engines.driver.live import LiveDriver
 from fake_engines.driver.serving import TIME_SCALE_HEADER, json_body
 from fake_engines.factory import build_engine
 from fake_engines.factory.llamacpp_http_flags import comma_set
-from fake_engines.llamacpp import access, cors_proxy, engine, vocab, webui
+from fake_engines.llamacpp import access, cors_proxy, engine, sleep, vocab, webui
 from fake_engines.llamacpp.chat_checks import check_chat_body
 from fake_engines.llamacpp.config import BUILD_INFO, LlamaServerConfig
 from fake_engines.llamacpp.errors import LlamaError, not_found, parse_json
@@ -93,6 +93,7 @@ def create_app(config: LlamaServerConfig) -> web.Application:
     server = app[SERVER_KEY] = build_server(config)
     app.on_response_prepare.append(_server_headers)
     access.install(app, access.AccessPolicy.of(config), lambda: server.ready)
+    sleep.install(app, config.sleep_idle_seconds, lambda: server.telemetry.counters, lambda: _busy(server))
     webui.add_ui_routes(app, enabled=not config.no_ui)
     cors_proxy.add_cors_proxy_routes(app, enabled=config.ui_mcp_proxy)
     for path in ("/health", "/v1/health"):
@@ -131,6 +132,12 @@ def _add_compat_routes(app: web.Application) -> None:
         app.router.add_post(f"{prefix}/responses", compat_routes.responses_create)
         app.router.add_post(f"{prefix}/chat/completions/input_tokens", compat_routes.chat_input_tokens)
         app.router.add_post(f"{prefix}/responses/input_tokens", compat_routes.responses_input_tokens)
+
+
+def _busy(server: LlamaServer) -> bool:
+    """Loading, or a task running or waiting: the idle timer of --sleep-idle-seconds does not run."""
+    stats = server.driver.core.stats()
+    return not server.ready or stats.num_running + stats.num_waiting > 0
 
 
 async def _start_driver(app: web.Application) -> None:
@@ -175,8 +182,10 @@ async def metrics(request: web.Request) -> web.Response:
     server = request.app[SERVER_KEY]
     if not server.config.metrics:
         raise LlamaError(501, "This server does not support metrics endpoint. Start it with `--metrics`")
+    asleep = sleep.sleeping_metrics(request.app)  # while asleep: the counters as they were on entering sleep
     stats = server.driver.core.stats()
-    text = render_metrics(server.telemetry.counters, stats.num_running, stats.num_waiting)
+    text = render_metrics(asleep, 0, 0) if asleep is not None else \
+        render_metrics(server.telemetry.counters, stats.num_running, stats.num_waiting)
     return web.Response(text=text, headers={"Content-Type": METRICS_CONTENT_TYPE,
                                             "Process-Start-Time-Unix": str(server.created)})
 
@@ -223,7 +232,8 @@ async def props(request: web.Request) -> web.Response:
         "ui": not config.no_ui,
         "ui_settings": {}, "chat_template": server.templates.source,
         "chat_template_caps": server.templates.props_caps(),
-        "bos_token": "<s>", "eos_token": "</s>", "build_info": BUILD_INFO, "is_sleeping": False,
+        "bos_token": "<s>", "eos_token": "</s>", "build_info": BUILD_INFO,
+        "is_sleeping": sleep.is_sleeping(request.app),
         "cors_proxy_enabled": config.ui_mcp_proxy})
 
 

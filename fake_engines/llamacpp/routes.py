@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import math
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -23,7 +24,9 @@ from fake_engines.driver.stops import cut_at_stop
 from fake_engines.llamacpp import shapes
 from fake_engines.llamacpp.app import SERVER_KEY, LlamaServer
 from fake_engines.llamacpp.chat_checks import check_chat_body
+from fake_engines.llamacpp.constrained import Constraints, parse_constraints, plan, sampling_key, settings_logit_bias
 from fake_engines.llamacpp.errors import LlamaError, max_tokens, parse_json, typed
+from fake_engines.llamacpp.prompts import check_vocabulary, tokenize_prompts
 from fake_engines.llamacpp.telemetry import request_timings
 from fake_engines.llamacpp.templates import ChatTemplates, body_prompt
 
@@ -62,6 +65,14 @@ class LlamaRequest:
     """The request's seed (its logprobs are a function of it), else the server's."""
     sampled: bool = True
     """temperature > 0 (llama-server's default 0.8): the drawn token need not be the most likely."""
+    constraints: Constraints = Constraints()
+    """grammar, JSON schema and logit bias."""
+    post_sampling_probs: bool = False
+    """Native n_probs as probabilities (`prob`, `top_probs`) instead of log-probabilities."""
+    response_fields: tuple[str, ...] = ()
+    """Native: keep only these fields ("a/b" reaches into an object); empty keeps all."""
+    return_tokens: bool = False
+    """Native: the generated token ids in `tokens`."""
     verbose: bool = False
     """OpenAI routes: add `__verbose` (the native final body, the prompt among it); --verbose's default."""
 
@@ -96,30 +107,16 @@ def _prompt(body: dict, kind: str, templates: ChatTemplates) -> str | list[int]:
     if "prompt" not in body:
         raise LlamaError(400, "[json.exception.out_of_range.403] key 'prompt' not found")
     prompt = body["prompt"]
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
-        prompt = prompt[0]  # a list of prompts: the first here, the rest in _more_prompts
-    if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
-        return list(prompt)
-    if not isinstance(prompt, str):
-        raise LlamaError(400, "\"prompt\" must be a string, a list of tokens or a list of one prompt")
-    return prompt
+    if isinstance(prompt, str):
+        return prompt
+    return tokenize_prompts(prompt)[0]  # a list of prompts: the first here, the rest in _more_prompts
 
 
 def _more_prompts(body: dict, kind: str) -> tuple[tuple[int, ...], ...]:
-    """The second and later prompts of an OpenAI prompt list."""
-    prompt = body.get("prompt")
-    if kind != "completion" or not isinstance(prompt, list) or len(prompt) < 2 or \
-            not isinstance(prompt[0], str | list):
+    """The second and later prompts of a prompt list (one task each)."""
+    if kind == "chat" or isinstance(body.get("prompt"), str):
         return ()
-    more = []
-    for item in prompt[1:]:
-        if isinstance(item, str):
-            more.append(tuple(encode(item)))
-        elif isinstance(item, list) and all(isinstance(t, int) for t in item):
-            more.append(tuple(item))
-        else:
-            raise LlamaError(400, "\"prompt\" must be a string, a list of tokens or a list of prompts")
-    return tuple(more)
+    return tuple(tuple(p) for p in tokenize_prompts(body.get("prompt"))[1:])
 
 
 def _n_probs(body: dict, kind: str) -> int | None:
@@ -159,7 +156,16 @@ def parse_request(server: LlamaServer, body: dict, kind: str) -> LlamaRequest:
                         ignore_eos=bool(body.get("ignore_eos")), lora=_lora(server, body), stop=_stops(body),
                         more_prompts=_more_prompts(body, kind), n=max(n, 1), n_probs=_n_probs(body, kind),
                         seed=typed(body, "seed", float, "number"), sampled=temperature is None or temperature > 0,
+                        constraints=parse_constraints(body, kind), post_sampling_probs=bool(body.get("post_sampling_probs")),
+                        response_fields=_response_fields(body, kind), return_tokens=bool(body.get("return_tokens")),
                         verbose=kind != "native" and bool(body.get("verbose", server.config.verbose)))
+
+
+def _response_fields(body: dict, kind: str) -> tuple[str, ...]:
+    fields = body.get("response_fields")
+    if kind != "native" or not isinstance(fields, list):
+        return ()
+    return tuple(f for f in fields if isinstance(f, str))
 
 
 def _stops(body: dict) -> list[str]:
@@ -174,13 +180,18 @@ def _lora_key(lora: list[dict]) -> str | None:
     return ",".join(active) or None
 
 
-def submit(server: LlamaServer, req: LlamaRequest, prompt: list[int] | None = None) -> RequestHandle:
-    """Queue on the slots; a prompt longer than a slot's context is a 400 exceed_context_size_error."""
+def submit(server: LlamaServer, req: LlamaRequest, prompt: list[int] | None = None, sample: int = 0) -> RequestHandle:
+    """Queue on the slots; a prompt longer than a slot's context is a 400 exceed_context_size_error.
+    The text is a function of the seed, the prompt and the constraints (`sample`: which of n)."""
     prompt = req.prompt_ids if prompt is None else prompt
+    check_vocabulary(prompt)
     room = max(server.slot_n_ctx - len(prompt), 1)
     budget = room if req.n_predict < 0 else min(max(req.n_predict, 1), room)
+    seed = server.config.seed if req.seed is None else int(req.seed)
+    sampling, output_len = plan(req.constraints, sampling_key(seed, req.sampled, prompt, sample), budget,
+                                req.ignore_eos, server.sampler.mean_output_tokens)
     request = EngineRequest(request_id=server.request_id(), prompt_token_ids=prompt, max_tokens=budget,
-                            output_len=server.sampler.sample(budget, req.ignore_eos), lora=_lora_key(req.lora))
+                            output_len=output_len, lora=_lora_key(req.lora), sampling=sampling)
     try:
         return server.driver.submit(request)
     except RequestRejected as exc:
@@ -193,7 +204,7 @@ def submit_all(server: LlamaServer, req: LlamaRequest) -> list[RequestHandle]:
     handles: list[RequestHandle] = []
     try:
         for prompt in req.prompts:
-            handles += [submit(server, req, prompt) for _ in range(req.n)]
+            handles += [submit(server, req, prompt, sample) for sample in range(req.n)]
     except LlamaError:
         _abort(server, handles)
         raise
@@ -206,8 +217,13 @@ def _abort(server: LlamaServer, handles: list[RequestHandle]) -> None:
 
 
 async def _handle(request: web.Request, kind: str) -> web.StreamResponse:
+    return await serve(request, parse_json(await request.read()), kind)
+
+
+async def serve(request: web.Request, body: dict, kind: str) -> web.StreamResponse:
+    """Generate for a parsed body (/infill passes the prompt it assembled)."""
     server = request.app[SERVER_KEY]
-    req = parse_request(server, parse_json(await request.read()), kind)
+    req = parse_request(server, body, kind)
     handles = submit_all(server, req)
     cancel_tasks = functools.partial(_abort, server, handles)
     try:
@@ -260,14 +276,36 @@ def _native_final(server: LlamaServer, req: LlamaRequest, handle: RequestHandle,
                   timings: shapes.Timings, content: str) -> dict:
     request = handle.request
     settings = shapes.generation_settings(req.n_predict, req.stream, req.lora, stop=req.stop)
+    settings["logit_bias"] = settings_logit_bias(req.constraints, req.ignore_eos)
+    settings["n_probs"] = req.n_probs or 0
+    settings["post_sampling_probs"] = req.post_sampling_probs
     slot = next((s.id for s in server.driver.core.stats().slots if s.request_id == request.request_id), -1)
     stop_type = "word" if last.stopping_word else "limit" if last.reason == "length" else "eos"
     final = shapes.native_final(server.config.model_id, req.prompt_text, slot, len(request.output_token_ids),
                                 request.num_prompt_tokens, timings.cache_n, stop_type, settings, timings, content,
                                 last.stopping_word)
+    if req.return_tokens and not req.stream:
+        final["tokens"] = list(request.output_token_ids)
     if req.n_probs is not None and not req.stream:  # streamed tokens carried theirs on each chunk
         final["completion_probabilities"] = _native_probs(server, req, handle, list(request.output_token_ids), 0)
-    return final
+    return _only_fields(final, req.response_fields)
+
+
+def _only_fields(body: dict, fields: tuple[str, ...]) -> dict:
+    """llama-server's response_fields: each "a/b" path's value under that path as key, present ones only."""
+    if not fields:
+        return body
+    out = {}
+    for path in fields:
+        value: object = body
+        for part in path.split("/"):
+            value = value.get(part, _MISSING) if isinstance(value, dict) else _MISSING
+        if value is not _MISSING:
+            out[path] = value
+    return out
+
+
+_MISSING = object()
 
 
 def _native_probs(server: LlamaServer, req: LlamaRequest, handle: RequestHandle, token_ids: list[int],
@@ -276,7 +314,16 @@ def _native_probs(server: LlamaServer, req: LlamaRequest, handle: RequestHandle,
     seed = server.config.seed if req.seed is None else int(req.seed)
     entries = made_up.request_logprobs(seed, handle.request.prompt_token_ids, first_position, token_ids,
                                        req.n_probs or 0, req.sampled)
-    return shapes.openai_logprobs(entries)["content"]
+    content = shapes.openai_logprobs(entries)["content"]
+    return [_as_probs(entry) for entry in content] if req.post_sampling_probs else content
+
+
+def _as_probs(entry: dict) -> dict:
+    """post_sampling_probs: `prob` and `top_probs` in place of `logprob` and `top_logprobs`."""
+    def one(item: dict) -> dict:
+        return {"id": item["id"], "token": item["token"], "bytes": item["bytes"], "prob": math.exp(item["logprob"])}
+
+    return {**one(entry), "top_probs": [one(t) for t in entry["top_logprobs"]]}
 
 
 @dataclass
@@ -302,8 +349,12 @@ async def _collect(server: LlamaServer, req: LlamaRequest, handles: list[Request
     use, timings = _finish(server, handles[0])  # llama-server reports the first task's usage and timings
     model, created = server.config.model_id, int(time.time())
     if req.kind == "native":
-        first = results[0]
-        return json_body(_native_final(server, req, handles[0], first.last, timings, first.text))
+        finals = [_native_final(server, req, handle, result.last, _finish(server, handle)[1], result.text)
+                  for handle, result in zip(handles, results, strict=True)]
+        for index, final in enumerate(finals):
+            if "index" in final:
+                final["index"] = index
+        return json_body(finals[0] if len(finals) == 1 else finals)
     build = shapes.chat_body if req.kind == "chat" else shapes.completion_body
     body = build(shapes.new_id(), created, model, results[0].text, results[0].last.reason or "stop", use, timings)
     body["choices"] = [_with_logprobs(server, req, handle, {**body["choices"][0], **_choice_text(req, result),
