@@ -8,6 +8,7 @@ finish_reason "length", as llama-server stops a slot that runs out of context.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from fake_engines.core import _llamacpp_decode_run as _decode_run
@@ -106,13 +107,19 @@ class LlamaCppScheduler:
         return self._free_cells() >= cells
 
     def _launch_deferred(self) -> None:
-        """Move deferred requests into idle slots, in FIFO order, while they fit."""
-        while self.deferred:
-            request = self.deferred[0]
-            slot = select_slot(self.slots, request.prompt_token_ids, self.config.slot_prompt_similarity)
+        """Move deferred requests into idle slots, in FIFO order, while they fit; one that asks for a
+        busy slot (`id_slot`) stays deferred without holding up those behind it."""
+        i = 0
+        while i < len(self.deferred):
+            request = self.deferred[i]
+            pinned = self.slot_by_id(request.id_slot) if request.id_slot != -1 else None
+            if pinned is not None and pinned.is_processing:
+                i += 1
+                continue
+            slot = pinned or select_slot(self.slots, request.prompt_token_ids, self.config.slot_prompt_similarity)
             if slot is None or not self._make_room(self._cells_to_launch(slot, request), keep=slot):
                 return
-            self.deferred.popleft()
+            del self.deferred[i]
             self._launch(slot, request)
 
     def _reusable_prefix(self, slot: Slot, request: EngineRequest) -> int:
@@ -327,6 +334,27 @@ class LlamaCppScheduler:
     def has_unfinished_requests(self) -> bool:
         """True while any request is deferred or in a slot."""
         return bool(self.requests)
+
+    def slot_by_id(self, id_slot: int) -> Slot | None:
+        """llama-server's get_slot_by_id: an id past the last slot wraps around; a negative one is none."""
+        index = int(math.fmod(id_slot, len(self.slots)))  # C++'s %: -1 % 2 is -1
+        return self.slots[index] if index >= 0 else None
+
+    def erase_slot(self, slot: Slot) -> int:
+        """Drop an idle slot's cached tokens (POST /slots/ID?action=erase); how many there were."""
+        assert not slot.is_processing
+        n_erased, slot.cache_tokens, slot.cache_lora = len(slot.cache_tokens), [], None
+        return n_erased
+
+    def load_slot(self, slot: Slot, tokens: list[int]) -> bool:
+        """Make `tokens` an idle slot's cache, as if it had just computed them (a restored slot
+        file); False when the KV pool has no room for them even after dropping other idle caches."""
+        assert not slot.is_processing
+        slot.cache_tokens, slot.cache_lora = [], None
+        if not self._make_room(len(tokens), keep=slot):
+            return False
+        slot.cache_tokens = list(tokens)
+        return True
 
     def take_kv_events(self) -> list[KVEvent]:
         """Always []: llama.cpp publishes no KV cache events."""

@@ -68,6 +68,8 @@ class EngineRequest:
     priority: int = 0
     """vLLM's request priority under `--scheduling-policy priority`: lower is served first
     (ties by arrival, then request id)."""
+    id_slot: int = -1
+    """llama.cpp: the slot the request asks for (`id_slot`; past the last one wraps around); -1: any."""
     sampling: Sampling | None = None
     """How its tokens are drawn (llama.cpp look-alike: seed and prompt, grammar, logit bias);
     None: from the engine seed and the request id."""

@@ -14,7 +14,7 @@ from fake_engines.driver.live import LiveDriver
 from fake_engines.driver.serving import TIME_SCALE_HEADER, json_body
 from fake_engines.factory import build_engine
 from fake_engines.factory.llamacpp_http_flags import comma_set
-from fake_engines.llamacpp import access, cors_proxy, engine, sleep, vocab, webui
+from fake_engines.llamacpp import access, cors_proxy, engine, sleep, slot_files, vocab, webui
 from fake_engines.llamacpp.chat_checks import check_chat_body
 from fake_engines.llamacpp.config import BUILD_INFO, LlamaServerConfig
 from fake_engines.llamacpp.errors import LlamaError, not_found, parse_json
@@ -101,6 +101,7 @@ def create_app(config: LlamaServerConfig) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/props", props)
     app.router.add_get("/slots", slots)
+    app.router.add_post("/slots/{id_slot}", slot_files.slot_action)
     for path in ("/models", "/v1/models", "/api/tags"):
         app.router.add_get(path, models)
     for path in ("/completion", "/completions"):

@@ -65,6 +65,8 @@ class LlamaRequest:
     """The request's seed (its logprobs are a function of it), else the server's."""
     sampled: bool = True
     """temperature > 0 (llama-server's default 0.8): the drawn token need not be the most likely."""
+    id_slot: int = -1
+    """The slot asked for (`id_slot`); -1: the server picks one."""
     constraints: Constraints = Constraints()
     """grammar, JSON schema and logit bias."""
     post_sampling_probs: bool = False
@@ -151,7 +153,8 @@ def parse_request(server: LlamaServer, body: dict, kind: str) -> LlamaRequest:
     ids = prompt if isinstance(prompt, list) else encode(prompt)
     text = decode(ids) if isinstance(prompt, list) else prompt
     options = body.get("stream_options") or {}
-    return LlamaRequest(kind=kind, prompt_ids=ids, prompt_text=text, n_predict=n_predict, stream=stream,
+    return LlamaRequest(kind=kind, id_slot=_id_slot(body),
+                        prompt_ids=ids, prompt_text=text, n_predict=n_predict, stream=stream,
                         include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
                         ignore_eos=bool(body.get("ignore_eos")), lora=_lora(server, body), stop=_stops(body),
                         more_prompts=_more_prompts(body, kind), n=max(n, 1), n_probs=_n_probs(body, kind),
@@ -166,6 +169,12 @@ def _response_fields(body: dict, kind: str) -> tuple[str, ...]:
     if kind != "native" or not isinstance(fields, list):
         return ()
     return tuple(f for f in fields if isinstance(f, str))
+
+
+def _id_slot(body: dict) -> int:
+    """`id_slot` as llama-server's json_value reads it: a number, else -1."""
+    value = body.get("id_slot", -1)
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else -1
 
 
 def _stops(body: dict) -> list[str]:
@@ -190,7 +199,8 @@ def submit(server: LlamaServer, req: LlamaRequest, prompt: list[int] | None = No
     seed = server.config.seed if req.seed is None else int(req.seed)
     sampling, output_len = plan(req.constraints, sampling_key(seed, req.sampled, prompt, sample), budget,
                                 req.ignore_eos, server.sampler.mean_output_tokens)
-    request = EngineRequest(request_id=server.request_id(), prompt_token_ids=prompt, max_tokens=budget,
+    request = EngineRequest(request_id=server.request_id(), id_slot=req.id_slot,
+                            prompt_token_ids=prompt, max_tokens=budget,
                             output_len=output_len, lora=_lora_key(req.lora), sampling=sampling)
     try:
         return server.driver.submit(request)
