@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from fake_engines.factory import llamacpp_chat_flags as chat_flags
 from fake_engines.factory import llamacpp_http_flags as http_flags
 from fake_engines.factory import llamacpp_pooling_flags as pooling_flags
+from fake_engines.factory import llamacpp_tools_flags as tools_flags
 from flotilla.cli_errors import OneLineParser, port_number
 from flotilla.errors import FlagError
 
@@ -135,6 +136,14 @@ class LlamaServerConfig:
     """--embd-normalize: -1 none, 0 max absolute (int16), 1 taxicab, 2 euclidean, >2 p-norm."""
     spm_infill: bool = False
     """--spm-infill: /infill puts the suffix before the prefix."""
+    server_tools: tuple[str, ...] = ()
+    """--tools: built-in tools served at /tools ("all" or names); none: /tools answers 403."""
+    tools_runtime: str = ""
+    """--tools-runtime: where tools run ("" the host; the look-alike refuses any isolate)."""
+    mcp_servers_config: str = ""
+    """--mcp-servers-config: JSON file of MCP servers whose tools join /tools."""
+    mcp_servers_json: str = ""
+    """--mcp-servers-json: the same, inline."""
 
     def __post_init__(self) -> None:
         for name in ("n_ctx", "n_batch", "n_ubatch"):
@@ -247,6 +256,7 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser,
     http_flags.add_http_flags(p)
     chat_flags.add_chat_flags(p)
     pooling_flags.add_pooling_flags(p)
+    tools_flags.add_tools_flags(p)
     if extra is not None:
         extra(p)
     from fake_engines.factory.upstream import add_upstream_flags
@@ -271,7 +281,8 @@ def config_from_args(args: argparse.Namespace) -> LlamaServerConfig:
         gpu=args.gpu, catalogue=tuple(args.catalogue), time_scale=args.time_scale, seed=args.seed,
         load_gbps=args.load_gbps, startup_s=args.startup_seconds, mean_output_tokens=args.mean_output_tokens,
         sleep_idle_seconds=args.sleep_idle_seconds,
-        **http_flags.http_settings(args), **chat_flags.chat_settings(args), **pooling_flags.pooling_settings(args))
+        **http_flags.http_settings(args), **chat_flags.chat_settings(args), **pooling_flags.pooling_settings(args),
+        **tools_flags.tools_settings(args))
 
 
 def _scale(text: str) -> float:

@@ -96,6 +96,9 @@ def create_app(config: LlamaServerConfig) -> web.Application:
     sleep.install(app, config.sleep_idle_seconds, lambda: server.telemetry.counters, lambda: _busy(server))
     webui.add_ui_routes(app, enabled=not config.no_ui)
     cors_proxy.add_cors_proxy_routes(app, enabled=config.ui_mcp_proxy)
+    from fake_engines.llamacpp.tools_route import install_tools
+
+    install_tools(app, config)  # /tools: built-in tools and MCP servers, 403 unless enabled
     for path in ("/health", "/v1/health"):
         app.router.add_get(path, health)
     app.router.add_get("/metrics", metrics)
