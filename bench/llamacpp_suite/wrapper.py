@@ -54,9 +54,9 @@ def map_model_args(argv: list[str], exists: Callable[[str], bool] = os.path.exis
 
 
 def catalogue_model(argv: list[str]) -> str:
-    """The -m a download becomes: an embedding or reranking model the catalogue knows by the name of
-    its --hf-file folder or repo keeps its own entry (its width and pooling, e.g. bert-bge-small);
-    anything else is the small generative CATALOGUE_MODEL."""
+    """The -m a download becomes: an embedding, reranking or infill model the catalogue knows by the
+    name of its --hf-file folder or repo keeps its own entry (its width, pooling and FIM tokens, e.g.
+    bert-bge-small); anything else is the small generative CATALOGUE_MODEL."""
     from fake_engines.perf.catalogue import CatalogueError, load_catalogue
 
     values = {flag: argv[i + 1] for i, flag in enumerate(argv[:-1])}
@@ -68,8 +68,8 @@ def catalogue_model(argv: list[str]) -> str:
             spec = catalogue.model(name) if name else None
         except CatalogueError:
             continue
-        if spec is not None and spec.pooling:
-            return f"{spec.name}-F16.gguf"
+        if spec is not None and (spec.pooling or spec.fim):
+            return f"{spec.name}-{HUB_QUANTS.get(repo.split(':')[0], 'F16')}.gguf"
     return CATALOGUE_MODEL
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import string
 import time
@@ -14,7 +15,7 @@ from fake_engines.driver.live import LiveDriver
 from fake_engines.driver.serving import TIME_SCALE_HEADER, json_body
 from fake_engines.factory import build_engine
 from fake_engines.factory.llamacpp_http_flags import comma_set
-from fake_engines.llamacpp import access, cors_proxy, engine, sleep, slot_files, vocab, webui
+from fake_engines.llamacpp import access, cors_proxy, engine, gcp, sleep, slot_files, vocab, webui
 from fake_engines.llamacpp.chat_checks import check_chat_body
 from fake_engines.llamacpp.config import BUILD_INFO, LlamaServerConfig
 from fake_engines.llamacpp.errors import LlamaError, not_found, parse_json
@@ -115,7 +116,8 @@ def create_app(config: LlamaServerConfig) -> web.Application:
     _add_compat_routes(app)
     from fake_engines.llamacpp.pooling_routes import add_pooling_routes
 
-    add_pooling_routes(app)  # /embeddings, /v1/embeddings, /rerank
+    add_pooling_routes(app)  # /embeddings, /v1/embeddings, /rerank, /infill
+    gcp.add_gcp_routes(app, gcp.gcp_settings(os.environ))  # AIP_MODE=PREDICTION: Vertex AI's /predict
     app.router.add_post("/tokenize", tokenize)
     app.router.add_post("/detokenize", detokenize)
     app.router.add_post("/apply-template", apply_template)

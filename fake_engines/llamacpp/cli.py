@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 
 from fake_engines.driver.faults import FaultConfigError, FaultInjector, faults_from_args
@@ -12,6 +13,7 @@ from fake_engines.factory import build_engine
 from fake_engines.factory import llamacpp_config as flags
 from fake_engines.factory.llamacpp_config import config_from_args
 from fake_engines.llamacpp.config import LlamaServerConfig, ServerConfigError
+from fake_engines.llamacpp.gcp import gcp_port
 from fake_engines.llamacpp.model import ModelFileError
 from fake_engines.llamacpp.model_sources import PresetError
 from fake_engines.llamacpp.router_mode import RouterSettings, settings_from_args
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.model is None:  # no model: llama-server's router mode; its own app runs the child model
             router = settings_from_args(args, argv)
             args.model = router.child_model
-        config = config_from_args(args)
+        config = gcp_port(config_from_args(args), os.environ)
         if args.print_config:
             print_config(config)
             return 0

@@ -87,10 +87,13 @@ async def rerank(request: web.Request) -> web.Response:
 
 
 def add_pooling_routes(app: web.Application) -> None:
-    """Register the routes (each answers 501 unless its flag is on, as llama-server's do)."""
+    """Register the routes (each answers 501 unless its flag or the model allows it, as llama-server's do)."""
     for path in EMBEDDING_PATHS:
         app.router.add_post(path, embeddings)
     for path in OAI_EMBEDDING_PATHS:
         app.router.add_post(path, embeddings_oai)
     for path in RERANK_PATHS:
         app.router.add_post(path, rerank)
+    from fake_engines.llamacpp.infill import infill
+
+    app.router.add_post("/infill", infill)

@@ -132,6 +132,8 @@ class ModelSpec:
     pooling: str = ""
     """How an embedding or reranking model pools its tokens (the GGUF's pooling_type, llama-server's
     default --pooling): cls, mean, last or rank; empty for a generative model (llama.cpp's none)."""
+    fim: bool = False
+    """The vocabulary has fill-in-the-middle tokens (prefix, suffix, middle): llama-server serves /infill."""
     aliases: tuple[str, ...] = ()
     """Other names of the same shape (Hugging Face ids or their last part, any case), for names the
     rule in `model_name_candidates` does not reach (meta-llama/Llama-3.3-70B-Instruct)."""
