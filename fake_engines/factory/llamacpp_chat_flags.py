@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 REASONING = ("on", "off", "auto")
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
@@ -42,7 +43,7 @@ def add_chat_flags(p: argparse.ArgumentParser) -> None:
                    help="responses carry `__verbose` (the rendered prompt among it)")
 
 
-def chat_settings(args: argparse.Namespace) -> dict[str, object]:
+def chat_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The LlamaServerConfig fields of these flags; --chat-template-file is read here, as llama.cpp
     reads it while parsing arguments."""
     template = args.chat_template

@@ -383,10 +383,10 @@ def _lenient_undefined() -> type:
     from jinja2 import ChainableUndefined
 
     class LenientUndefined(ChainableUndefined):
-        def __add__(self, other: object) -> object:
+        def __add__(self, other: object) -> object:  # type: ignore[override]
             return other
 
-        def __radd__(self, other: object) -> object:
+        def __radd__(self, other: object) -> object:  # type: ignore[override]
             return other
 
     return LenientUndefined
