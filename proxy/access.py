@@ -27,6 +27,12 @@ def bearer(request: web.Request) -> str | None:
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
+def client_key(request: web.Request) -> str | None:
+    """The client's API key: `Authorization: Bearer <key>`, else `x-api-key: <key>` as Anthropic's
+    clients send it."""
+    return bearer(request) or request.headers.get("x-api-key", "").strip() or None
+
+
 def key_is_valid(given: str | None, keys: tuple[str, ...]) -> bool:
     # Compare against every key so the time taken does not tell which prefix matched.
     matches = [hmac.compare_digest(header_bytes(given or ""), k.encode()) for k in keys]
@@ -96,7 +102,7 @@ class AccessControl:
         return await handler(request)
 
     def _check_client(self, request: web.Request) -> None:
-        key = bearer(request)
+        key = client_key(request)
         address = client_id(request.remote)
         if self.limits.api_keys:
             self._check_key(key, address)

@@ -73,11 +73,11 @@ def _connection_listed(headers: Mapping[str, str]) -> set[str]:
 
 def upstream_headers(headers: Mapping[str, str], request_id: str, drop_authorization: bool) -> CIMultiDict[str]:
     """The client's end-to-end headers for the engine; `drop_authorization` when the client's
-    Authorization is its key to the proxy, which no backend is to see."""
+    Authorization (or x-api-key) is its key to the proxy, which no backend is to see."""
     out: CIMultiDict[str] = CIMultiDict()
     drop = NOT_FORWARDED_UP | _connection_listed(headers)
     if drop_authorization:
-        drop = drop | {"authorization"}
+        drop = drop | {"authorization", "x-api-key"}
     for name, value in headers.items():
         if name.lower() not in drop:
             out.add(name, value)

@@ -158,3 +158,20 @@ async def test_a_key_with_bytes_that_are_not_utf8_is_401_not_500(fake_backend, p
         answer = await asyncio.wait_for(reader.read(), 30)
         writer.close()
         assert answer.startswith(b"HTTP/1.1 401 "), answer
+
+
+async def test_anthropic_clients_key_in_x_api_key_is_checked_and_never_forwarded(fake_backend, proxy_for):
+    b = await fake_backend()
+    p = await proxy_for([b], limits=LimitsConfig(api_keys=("k1",)))
+    body = {"model": "tiny-llama", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as s:
+        async with s.post(p.url + "/v1/messages", json=body, headers={"x-api-key": "nope"}) as r:
+            assert r.status == 401
+            err = await r.json()
+            assert err["type"] == "error" and err["error"]["type"] == "authentication_error"
+        async with s.post(p.url + "/v1/messages", json=body, headers={"x-api-key": "k1"}) as r:
+            assert r.status == 200
+        async with s.post(p.url + "/v1/completions", json=BODY, headers={"X-Api-Key": "k1"}) as r:
+            assert r.status == 200
+    assert b.received == 2
+    assert all("x-api-key" not in h and "authorization" not in h for h in b.request_headers)
