@@ -47,6 +47,10 @@ PREFIX_FOLLOW = {"vllm": ["vllm:prefix_cache_queries_total", "vllm:prefix_cache_
 """The series the capture run's prefix-cache delta listed (its `names`, FOLLOW for llama-server)."""
 SPEED_UP = {"vllm": 10.0, "llama.cpp": 2.0}
 """How much faster than the real engine's token the look-alike's runs on the wall clock."""
+STARTUP_TIME_SCALE = {"vllm": 0.005, "llama.cpp": 0.04}
+"""The cold starts' time scales: vLLM's 18 s modelled start in about 0.1 s (refused throughout, so its
+length does not matter); llama-server's 3.7 s in about 0.15 s, so a busy machine's polls still see
+the loading 503 the real 1 ms poll saw for 18 ms."""
 BUSY = {"vllm": "vllm:num_requests_running", "llama.cpp": "llamacpp:requests_processing"}
 
 
@@ -71,7 +75,7 @@ async def record_engine(engine: str, start: Start) -> dict[str, str]:
     for name, kind in names.items():
         if kind == "startup":
             poll_s = 0.001 if "1ms_poll" in name else 0.05
-            out[name] = await startup_timeline(start, poll_s)
+            out[name] = await startup_timeline(start, poll_s, STARTUP_TIME_SCALE[engine])
     per_token_ms, long_tokens = real_ms_per_token(engine)
     modelled = await modelled_s_per_token(engine, start)
     wall_s = per_token_ms / 1000 / SPEED_UP[engine]
@@ -109,7 +113,7 @@ def _named(names: dict[str, str], made: dict[str, str]) -> dict[str, str]:
     return {name: text for suffix, text in made.items() for name in names if name.split("_", 1)[1] == suffix}
 
 
-async def startup_timeline(start: Start, poll_s: float) -> str:
+async def startup_timeline(start: Start, poll_s: float, time_scale: float) -> str:
     """/health polled from before the look-alike starts until its first 200, transitions only."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -129,7 +133,7 @@ async def startup_timeline(start: Start, poll_s: float) -> str:
                 last = state
             return None if state is None else state[0]
         await poll()  # before the process (here: the look-alike) is started, as the capture polled
-        async with start(time_scale=0.002, cold_start=True, port=port, wait=False):
+        async with start(time_scale=time_scale, cold_start=True, port=port, wait=False):
             while await poll() != 200:
                 await asyncio.sleep(poll_s / 10)  # ten times finer than the real poll, as the cold start is faster
     return "# polled /health from start; transitions only\n" + "\n".join(lines) + "\n"

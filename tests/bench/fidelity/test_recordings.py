@@ -34,6 +34,8 @@ def test_each_kind_sees_what_a_look_alike_could_get_wrong():
     assert "hits" in compare("delta", delta, delta.replace("0.0 -> 1152.0", "0.0 -> 0.0"))
     timeline = recorded("vllm", "072_concurrency_nonstream_gauge_timeline.txt")
     assert "waiting" in compare("timeline", timeline, timeline.replace("num_requests_waiting 3.0", "num_requests_waiting 0.0"))
+    ended = timeline.replace("vllm:generation_tokens_total 516.0", "vllm:generation_tokens_total 99999.0")
+    assert "generation_tokens" in compare("timeline", timeline, ended)
     snapshot = recorded("vllm", "071_concurrency_nonstream_metrics_snapshot_during_load.txt")
     assert compare("snapshot", snapshot, snapshot.replace("vllm:num_requests_running{", "vllm:num_running{")) != ""
     per_request = recorded("vllm", "076_concurrency_stream_per_request.txt")
