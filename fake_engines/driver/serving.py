@@ -19,6 +19,12 @@ client can report modelled time. Real engines do not send it."""
 log = logging.getLogger("fake_engines.driver.serving")
 
 
+SSE_MIRROR = "flotilla.sse_mirror"
+"""Request key of an optional `mirror(data: bytes) -> bool` that write_sse hands every event's bytes
+to: with one, the stream goes on without its client (a resumable stream session keeps the bytes),
+and the mirror returning False stops it as a client leaving would."""
+
+
 async def write_sse(request: web.Request, headers: dict[str, str],
                     events: AsyncGenerator[dict | str | tuple[str, dict], None],
                     on_client_gone: Callable[[], None]) -> web.StreamResponse:
@@ -28,29 +34,55 @@ async def write_sse(request: web.Request, headers: dict[str, str],
     a write can find the transport already closing (the client half-closed or reset before
     aiohttp noticed the connection lost), and that ConnectionResetError must not reach aiohttp,
     which would log it as a server error with a traceback. `on_client_gone` frees the request;
-    the handler then returns quietly."""
+    the handler then returns quietly. A request with an SSE_MIRROR outlives its client."""
+    mirror = request.get(SSE_MIRROR)
     response = web.StreamResponse(status=200, headers=headers)
     response.enable_chunked_encoding()
+    client = True
     async with contextlib.aclosing(events):
         try:
             await response.prepare(request)
-            async for event in events:
-                await send_event(response, event)
-            await response.write_eof()
         except ConnectionResetError:
+            client = False
+        async for event in events if client or mirror is not None else _no_events():
+            data = sse_bytes(event)
+            if mirror is not None and not mirror(data):
+                on_client_gone()  # the session was stopped
+                break
+            if client:
+                try:
+                    await response.write(data)
+                except ConnectionResetError:
+                    client = False
+                    if mirror is None:
+                        break
+        if not client and mirror is None:
             on_client_gone()
             log.debug("client %s gone mid-stream: request aborted", request.remote)
+        elif client:
+            with contextlib.suppress(ConnectionResetError):
+                await response.write_eof()
     return response
+
+
+async def _no_events() -> AsyncGenerator[dict, None]:
+    return
+    yield  # an async generator that yields nothing
+
+
+def sse_bytes(payload: dict | str | tuple[str, dict]) -> bytes:
+    """One `data: ...` event as sent, or `event: <name>` then `data: ...` for a (name, data) pair."""
+    name = ""
+    if isinstance(payload, tuple):
+        name, payload = f"event: {payload[0]}\n", payload[1]
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=True, separators=(",", ":"))
+    return f"{name}data: {data}\n\n".encode()
 
 
 async def send_event(response: web.StreamResponse, payload: dict | str | tuple[str, dict]) -> None:
     """One `data: ...` event, or `event: <name>` then `data: ...` for a (name, data) pair; raises
     ConnectionResetError once the client has gone."""
-    name = ""
-    if isinstance(payload, tuple):
-        name, payload = f"event: {payload[0]}\n", payload[1]
-    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=True, separators=(",", ":"))
-    await response.write(f"{name}data: {data}\n\n".encode())
+    await response.write(sse_bytes(payload))
 
 
 def json_body(payload: object, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

@@ -15,7 +15,7 @@ from fake_engines.driver.live import LiveDriver
 from fake_engines.driver.serving import TIME_SCALE_HEADER, json_body
 from fake_engines.factory import build_engine
 from fake_engines.factory.llamacpp_http_flags import comma_set
-from fake_engines.llamacpp import access, cors_proxy, engine, gcp, sleep, slot_files, vocab, webui
+from fake_engines.llamacpp import access, cors_proxy, engine, gcp, sleep, slot_files, stream_sessions, vocab, webui
 from fake_engines.llamacpp.chat_checks import check_chat_body
 from fake_engines.llamacpp.config import BUILD_INFO, LlamaServerConfig
 from fake_engines.llamacpp.errors import LlamaError, not_found, parse_json
@@ -95,6 +95,7 @@ def create_app(config: LlamaServerConfig) -> web.Application:
     app.on_response_prepare.append(_server_headers)
     access.install(app, access.AccessPolicy.of(config), lambda: server.ready)
     sleep.install(app, config.sleep_idle_seconds, lambda: server.telemetry.counters, lambda: _busy(server))
+    stream_sessions.install(app)  # X-Conversation-Id: resumable streams, /v1/stream
     webui.add_ui_routes(app, enabled=not config.no_ui)
     cors_proxy.add_cors_proxy_routes(app, enabled=config.ui_mcp_proxy)
     from fake_engines.llamacpp.tools_route import install_tools

@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import time
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 import aiohttp
 from aiohttp import web
 
 from fake_engines.driver.serving import json_body
-from fake_engines.llamacpp import model_sources
+from fake_engines.llamacpp import model_sources, stream_sessions
 from fake_engines.llamacpp.config import BUILD_INFO
 from fake_engines.llamacpp.errors import LlamaError, parse_json
 from fake_engines.llamacpp.model_sources import ModelSource
@@ -36,6 +38,7 @@ DEFAULT_CHILD_MODEL = "llama-3.2-1b-Q8_0.gguf"
 DEFAULT_STOP_TIMEOUT_S = 10.0
 FAKE_TIMING_S = 2.0
 WAIT_POLL_S = 0.2
+STREAM_LOOKUP_TIMEOUT_S = 2.0
 RUNNING = ("loading", "loaded", "sleeping")
 ROUTER_VALUE_FLAGS = ("--models-dir", "--models-preset", "--models-max", "--router-child-model", "--port",
                       "--host", "--api-key", "--api-key-file", "--alias", "-a", "--tags")
@@ -454,24 +457,27 @@ class Router:
         try:
             if self.settings.fake_timing:
                 await asyncio.sleep(FAKE_TIMING_S)  # after req_count++: the model counts as busy meanwhile
-            return await self._forward(request, inst, body, path or request.path_qs)
+            return await self.forward(request, inst, body, path or request.path_qs)
         finally:
             inst.req_count -= 1
             if inst.req_count == 0:
                 self.tick()
             self.changed()
 
-    async def _forward(self, request: web.Request, inst: Instance, body: bytes, path: str) -> web.StreamResponse:
+    async def forward(self, request: web.Request, inst: Instance, body: bytes, path: str) -> web.StreamResponse:
+        """Send the request to the instance and stream its answer back; a client leaving closes the
+        connection to the instance (a stream session there goes on without it)."""
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         url = f"http://127.0.0.1:{inst.port}{path}"
         try:
             async with self.session().request(request.method, url, data=body or None, headers=headers) as upstream:
                 response = web.StreamResponse(status=upstream.status, headers={
                     k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS})
-                await response.prepare(request)
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
-                await response.write_eof()
+                with contextlib.suppress(ConnectionResetError):
+                    await response.prepare(request)
+                    async for chunk in upstream.content.iter_any():
+                        await response.write(chunk)
+                    await response.write_eof()
                 return response
         except aiohttp.ClientError as exc:
             raise LlamaError(500, f"failed to forward the request to model {inst.name}: {exc}") from None
@@ -515,13 +521,95 @@ async def proxy_post(request: web.Request) -> web.StreamResponse:
     name = body.get("model") if isinstance(body.get("model"), str) else ""
     autoload = is_autoload(router, request)
     name = validate_model(router, name, autoload)
-    conv_id = request.headers.get("X-Conversation-Id", "")
-    ticket = router.remember_conv(conv_id, name) if conv_id else 0
-    waited = await router.ensure_ready(name) if autoload else False
-    if ticket and router.conv_models.get(conv_id, ("", 0))[1] != ticket:
+    conv_id = request.headers.get(stream_sessions.HEADER, "")
+    if not conv_id:
+        if autoload:
+            await router.ensure_ready(name)  # a client leaving cancels the wait and its place in the queue
+        return await router.proxy(request, name, raw, update_last_used=True)
+    # remembered before the load wait, so a stop while the model loads cancels this request; a
+    # session request outlives its client (only a stop ends it), so it runs shielded
+    ticket = router.remember_conv(conv_id, name)
+    task = asyncio.get_running_loop().create_task(_session_post(request, router, name, raw, autoload, conv_id, ticket))
+    return await asyncio.shield(task)
+
+
+async def _session_post(request: web.Request, router: Router, name: str, raw: bytes, autoload: bool,
+                        conv_id: str, ticket: int) -> web.StreamResponse:
+    if autoload:
+        await router.ensure_ready(name)
+    if router.conv_models.get(conv_id, ("", 0))[1] != ticket:
         raise LlamaError(400, "request cancelled by a stop while the model was loading")
-    del waited
     return await router.proxy(request, name, raw, update_last_used=True)
+
+
+def _stream_owner(router: Router, conv_id: str) -> Instance | None:
+    """The loaded instance that serves a conversation (resolve_child_for_conv)."""
+    tracked = router.conv_models.get(conv_id)
+    inst = router.instances.get(tracked[0]) if tracked else None
+    return inst if inst is not None and inst.status == "loaded" and inst.running is not None else None
+
+
+def _stream_conv_id(request: web.Request) -> str:
+    conv_id = request.query.get("conv_id", "")
+    if not conv_id:
+        raise LlamaError(400, "Missing conversation id in path")
+    return conv_id
+
+
+async def stream_get(request: web.Request) -> web.StreamResponse:
+    """GET /v1/stream through the router: to the instance that owns the conversation."""
+    router = request.app[ROUTER_KEY]
+    conv_id = _stream_conv_id(request)
+    owner = _stream_owner(router, conv_id)
+    if owner is None:
+        tracked = router.conv_models.get(conv_id)
+        inst = router.instances.get(tracked[0]) if tracked else None
+        if inst is not None and inst.status in ("loading", "downloading", "downloaded"):
+            raise LlamaError(503, "Stream owner model is loading, retry later")
+        raise LlamaError(404, "Stream not found or expired")
+    path = f"/v1/stream?conv_id={quote(conv_id, safe='')}"
+    if request.query.get("from"):
+        path += f"&from={request.query['from']}"
+    return await router.forward(request, owner, b"", path)
+
+
+async def stream_delete(request: web.Request) -> web.Response:
+    """DELETE /v1/stream through the router: the owner stops it; a request still waiting for the load is cancelled."""
+    router = request.app[ROUTER_KEY]
+    conv_id = _stream_conv_id(request)
+    owner = _stream_owner(router, conv_id)
+    if owner is not None:
+        url = f"http://127.0.0.1:{owner.port}/v1/stream?conv_id={quote(conv_id, safe='')}"
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with router.session().delete(url, timeout=aiohttp.ClientTimeout(total=STREAM_LOOKUP_TIMEOUT_S)):
+                pass
+    router.conv_models.pop(conv_id, None)
+    router.changed()
+    return web.Response(status=204, content_type="application/json")
+
+
+async def stream_lookup(request: web.Request) -> web.Response:
+    """POST /v1/streams/lookup through the router: asks only the instances that own the ids."""
+    router = request.app[ROUTER_KEY]
+    try:
+        body = json.loads(await request.read())
+    except (ValueError, UnicodeDecodeError):
+        return json_body([])
+    ids = body.get("conversation_ids") if isinstance(body, dict) else None
+    per_port: dict[int, list[str]] = {}
+    for cid in ids if isinstance(ids, list) else []:
+        owner = _stream_owner(router, cid) if isinstance(cid, str) and cid else None
+        if owner is not None:
+            per_port.setdefault(owner.port, []).append(cid)
+    rows: list = []
+    for port, wanted in per_port.items():
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
+            async with router.session().post(f"http://127.0.0.1:{port}/v1/streams/lookup",
+                                             json={"conversation_ids": wanted},
+                                             timeout=aiohttp.ClientTimeout(total=STREAM_LOOKUP_TIMEOUT_S)) as resp:
+                found = await resp.json(content_type=None) if resp.status == 200 else []
+                rows += [r for r in found if isinstance(r, dict)] if isinstance(found, list) else []
+    return json_body(rows)
 
 
 async def router_props(request: web.Request) -> web.StreamResponse:
@@ -648,7 +736,8 @@ def _route(request: web.Request):
             return proxy_post
     if method == "DELETE" and path == "/models":
         return models_delete
-    return None
+    return {("GET", "/v1/stream"): stream_get, ("DELETE", "/v1/stream"): stream_delete,
+            ("POST", "/v1/streams/lookup"): stream_lookup}.get((method, path))
 
 
 @web.middleware
@@ -661,6 +750,8 @@ async def dispatch(request: web.Request, handler):
 def install(app: web.Application, router: Router) -> None:
     """Make a fake llama-server app a router (its health, error and key middlewares stay)."""
     app[ROUTER_KEY] = router
+    if stream_sessions.keep_sessions in app.middlewares:  # the router keeps no streams: its instances do
+        app.middlewares.remove(stream_sessions.keep_sessions)
     app.middlewares.append(dispatch)
 
     async def stop_instances(app: web.Application) -> None:
