@@ -46,9 +46,10 @@ class AccessPolicy:
     """Access-Control-Allow-Credentials of a preflight; with `*` the Origin is echoed back."""
 
     @classmethod
-    def of(cls, config: LlamaServerConfig, tools_enabled: bool = False) -> AccessPolicy:
+    def of(cls, config: LlamaServerConfig) -> AccessPolicy:
         """The policy of a server's flags; with built-in tools or MCP servers on and no
         --cors-origins, only localhost origins (common/arg.cpp)."""
+        tools_enabled = bool(config.server_tools or config.mcp_servers_config or config.mcp_servers_json)
         origins = config.cors_origins or ("localhost" if tools_enabled else "*")
         return cls(api_keys(config.api_key, config.api_key_file), origins, config.cors_methods,
                    config.cors_headers, not config.no_cors_credentials)

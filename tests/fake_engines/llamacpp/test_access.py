@@ -105,8 +105,10 @@ def test_a_fixed_origin_or_no_credentials_stops_the_echo():
     assert AccessPolicy(cors_origins="https://ui.example").allow_origin("http://evil") == "https://ui.example"
     assert AccessPolicy(cors_credentials=False).allow_origin("http://evil") == "*"
     assert AccessPolicy(cors_credentials=False).preflight_headers()["Access-Control-Allow-Credentials"] == "false"
-    assert AccessPolicy.of(_config(), tools_enabled=True).cors_origins == "localhost"
-    assert AccessPolicy.of(_config(cors_origins="*"), tools_enabled=True).cors_origins == "*"
+    assert AccessPolicy.of(_config()).cors_origins == "*"
+    assert AccessPolicy.of(_config(server_tools=("all",))).cors_origins == "localhost"
+    assert AccessPolicy.of(_config(mcp_servers_json="{}")).cors_origins == "localhost"
+    assert AccessPolicy.of(_config(server_tools=("all",), cors_origins="*")).cors_origins == "*"
 
 
 async def test_api_key_file_adds_keys_and_skips_comments(tmp_path):
