@@ -26,7 +26,8 @@ from fake_engines.llamacpp.app import SERVER_KEY, LlamaServer
 from fake_engines.llamacpp.chat_checks import check_chat_body
 from fake_engines.llamacpp.constrained import Constraints, parse_constraints, plan, sampling_key, settings_logit_bias
 from fake_engines.llamacpp.errors import LlamaError, max_tokens, parse_json, typed
-from fake_engines.llamacpp.prompts import check_vocabulary, tokenize_prompts
+from fake_engines.llamacpp import vocab
+from fake_engines.llamacpp.prompts import tokenize_prompts
 from fake_engines.llamacpp.telemetry import request_timings
 from fake_engines.llamacpp.templates import ChatTemplates, body_prompt
 
@@ -108,15 +109,12 @@ def _prompt(body: dict, kind: str, templates: ChatTemplates) -> str | list[int]:
         return body_prompt(templates, body)
     if "prompt" not in body:
         raise LlamaError(400, "[json.exception.out_of_range.403] key 'prompt' not found")
-    prompt = body["prompt"]
-    if isinstance(prompt, str):
-        return prompt
-    return tokenize_prompts(prompt)[0]  # a list of prompts: the first here, the rest in _more_prompts
+    return tokenize_prompts(body["prompt"])[0]  # a list of prompts: the first here, the rest in _more_prompts
 
 
 def _more_prompts(body: dict, kind: str) -> tuple[tuple[int, ...], ...]:
     """The second and later prompts of a prompt list (one task each)."""
-    if kind == "chat" or isinstance(body.get("prompt"), str):
+    if kind == "chat":
         return ()
     return tuple(tuple(p) for p in tokenize_prompts(body.get("prompt"))[1:])
 
@@ -193,7 +191,6 @@ def submit(server: LlamaServer, req: LlamaRequest, prompt: list[int] | None = No
     """Queue on the slots; a prompt longer than a slot's context is a 400 exceed_context_size_error.
     The text is a function of the seed, the prompt and the constraints (`sample`: which of n)."""
     prompt = req.prompt_ids if prompt is None else prompt
-    check_vocabulary(prompt)
     room = max(server.slot_n_ctx - len(prompt), 1)
     budget = room if req.n_predict < 0 else min(max(req.n_predict, 1), room)
     seed = server.config.seed if req.seed is None else int(req.seed)
@@ -291,7 +288,8 @@ def _native_final(server: LlamaServer, req: LlamaRequest, handle: RequestHandle,
     settings["post_sampling_probs"] = req.post_sampling_probs
     slot = next((s.id for s in server.driver.core.stats().slots if s.request_id == request.request_id), -1)
     stop_type = "word" if last.stopping_word else "limit" if last.reason == "length" else "eos"
-    final = shapes.native_final(server.config.model_id, req.prompt_text, slot, len(request.output_token_ids),
+    prompt = "".join(vocab.token_pieces(request.prompt_token_ids))  # the prompt as the slot holds it
+    final = shapes.native_final(server.config.model_id, prompt, slot, len(request.output_token_ids),
                                 request.num_prompt_tokens, timings.cache_n, stop_type, settings, timings, content,
                                 last.stopping_word)
     if req.return_tokens and not req.stream:
