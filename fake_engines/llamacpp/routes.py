@@ -479,11 +479,22 @@ def _closing_events(server, req, handles, rid, created, model, lasts: list[Piece
     if req.kind == "completion":
         finals = [_indexed(shapes.completion_final_chunk(rid, created, model, last.reason or "stop", use, timings), i)
                   for i, last in enumerate(lasts)]
+        if req.verbose:  # every task's final chunk carries its own
+            finals = [_verbose_event(server, req, h, last, timings, f) for h, last, f in zip(handles, lasts, finals,
+                                                                                           strict=True)]
         return [*finals, "[DONE]"]
     finishes = [_indexed(shapes.chat_chunk(rid, created, model, {}, last.reason or "stop"), i)
                 for i, last in enumerate(lasts)]
     if not req.include_usage:
-        return [*finishes[:-1], {**finishes[-1], "timings": timings.body()}, "[DONE]"]
-    usage_chunk = {**shapes.chat_chunk(rid, created, model, {}, None), "choices": [], "usage": use,
-                   "timings": timings.body()}
-    return [*finishes, usage_chunk, "[DONE]"]
+        events = [*finishes[:-1], {**finishes[-1], "timings": timings.body()}]
+    else:
+        events = [*finishes, {**shapes.chat_chunk(rid, created, model, {}, None), "choices": [], "usage": use,
+                              "timings": timings.body()}]
+    if req.verbose:  # the first of the closing deltas carries it
+        events[0] = _verbose_event(server, req, handles[0], lasts[0], timings, events[0])
+    return [*events, "[DONE]"]
+
+
+def _verbose_event(server: LlamaServer, req: LlamaRequest, handle: RequestHandle, last: Piece,
+                   timings: shapes.Timings, event: dict) -> dict:
+    return {**event, "__verbose": _native_final(server, req, handle, last, timings, "")}

@@ -212,3 +212,20 @@ async def test_no_jinja_server_refuses_tools_as_llama_server():
         await running.close()
     assert status == 500 and body["error"]["message"] == "tools param requires --jinja flag"
     assert json.dumps(body["error"]["type"]) == '"server_error"'
+
+
+async def test_streamed_chat_carries_verbose_on_its_first_closing_delta():
+    config = LlamaServerConfig(model="llama-3.2-1b-Q8_0.gguf", port=0, time_scale=0.01, verbose=True)
+    running = await start_llama(config, cold_start=False)
+    await running.wait_ready()
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"http://127.0.0.1:{running.port}/v1/chat/completions",
+                                    json={"messages": BOOK, "max_tokens": 3, "stream": True}) as resp:
+                text = await resp.text()
+    finally:
+        await running.close()
+    events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+    carrying = [e for e in events if "__verbose" in e]
+    assert len(carrying) == 1 and carrying[0]["choices"][0]["finish_reason"] is not None
+    assert carrying[0]["__verbose"]["prompt"].startswith("<|im_start|>system\nBook<|im_end|>\n")
