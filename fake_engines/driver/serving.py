@@ -19,7 +19,7 @@ client can report modelled time. Real engines do not send it."""
 log = logging.getLogger("fake_engines.driver.serving")
 
 
-SSE_MIRROR: web.RequestKey[Callable[[bytes], bool]] = web.RequestKey("sse_mirror", Callable[[bytes], bool])
+SSE_MIRROR: web.RequestKey[Callable[[bytes], bool]] = web.RequestKey("sse_mirror")
 """Request key of an optional `mirror(data: bytes) -> bool` that write_sse hands every event's bytes
 to: with one, the stream goes on without its client (a resumable stream session keeps the bytes),
 and the mirror returning False stops it as a client leaving would."""

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.model is None:  # no model: llama-server's router mode; its own app runs the child model
             router = settings_from_args(args, argv)
-            args.model = router.child_model
+            args.model, args.sleep_idle_seconds = router.child_model, -1  # the instances sleep, not the router
         config = gcp_port(config_from_args(args), os.environ)
         if args.print_config:
             print_config(config)

@@ -112,10 +112,14 @@ def models_dir_models(folder: str) -> list[ModelSource]:
     return found
 
 
+class _KeysAsWritten(configparser.ConfigParser):
+    def optionxform(self, optionstr: str) -> str:
+        return optionstr
+
+
 def preset_models(path: str) -> tuple[dict[str, str], list[ModelSource]]:
     """The INI's global `[*]` options and one model per other section."""
-    parser = configparser.ConfigParser(interpolation=None, default_section="\0none")
-    parser.optionxform = str  # keys as written
+    parser = _KeysAsWritten(interpolation=None, default_section="\0none")  # `[*]` is a section like any
     try:
         with open(path, encoding="utf-8") as f:
             parser.read_file(f)

@@ -23,16 +23,20 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import aiohttp
 from aiohttp import web
 
 from fake_engines.driver.serving import json_body
-from fake_engines.llamacpp import model_sources, stream_sessions
+from fake_engines.llamacpp import model_sources, sleep, stream_sessions
 from fake_engines.llamacpp.config import BUILD_INFO
 from fake_engines.llamacpp.errors import LlamaError, parse_json
 from fake_engines.llamacpp.model_sources import ModelSource
+
+if TYPE_CHECKING:
+    from fake_engines.llamacpp.server import RunningLlama
 
 DEFAULT_CHILD_MODEL = "llama-3.2-1b-Q8_0.gguf"
 DEFAULT_STOP_TIMEOUT_S = 10.0
@@ -120,8 +124,8 @@ class Instance:
 
     source: ModelSource
     status: str = "unloaded"
-    running: object | None = None
-    """The in-process fake llama-server (RunningLlama) while loading or loaded."""
+    running: RunningLlama | None = None
+    """The in-process fake llama-server while loading or loaded."""
     last_used: float = 0.0
     req_count: int = 0
     stopping: bool = False
@@ -396,26 +400,26 @@ class Router:
             self.tick()
             queued = True
         try:
-            while (inst := self.instances.get(name)) is not None:
-                if inst.stopping:
+            while (current := self.instances.get(name)) is not None:
+                if current.stopping:
                     if not queued:
                         self.join(name)
                         self.tick()
                         queued = True
                     await self.wait_change()
                     continue
-                if inst.status in ("loaded", "sleeping"):
+                if current.status in ("loaded", "sleeping"):
                     break
-                if inst.status == "loading":
+                if current.status == "loading":
                     saw_loading = True
-                elif inst.status == "unloaded":
+                elif current.status == "unloaded":
                     if did_load or saw_loading:
-                        if inst.exit_code:
+                        if current.exit_code:
                             raise LlamaError(500, f"model name={name} failed to load")
                         break
                     if not queued:
                         break
-                if inst.status == "unloaded" and self.try_claim(name):
+                if current.status == "unloaded" and self.try_claim(name):
                     ok = True
                     try:
                         await asyncio.shield(self.load(name))
@@ -500,6 +504,11 @@ def validate_model(router: Router, name: str, autoload: bool) -> str:
     return inst.name
 
 
+def _model_field(body: dict) -> str:
+    value = body.get("model")
+    return value if isinstance(value, str) else ""
+
+
 def is_autoload(router: Router, request: web.Request) -> bool:
     value = request.query.get("autoload", "")
     return router.settings.autoload if not value else value in ("true", "1")
@@ -518,9 +527,8 @@ async def proxy_post(request: web.Request) -> web.StreamResponse:
     router = request.app[ROUTER_KEY]
     raw = await request.read()
     body = parse_json(raw)
-    name = body.get("model") if isinstance(body.get("model"), str) else ""
     autoload = is_autoload(router, request)
-    name = validate_model(router, name, autoload)
+    name = validate_model(router, _model_field(body), autoload)
     conv_id = request.headers.get(stream_sessions.HEADER, "")
     if not conv_id:
         if autoload:
@@ -623,8 +631,15 @@ async def router_props(request: web.Request) -> web.StreamResponse:
         "cors_proxy_enabled": False})
 
 
+def _status_value(inst: Instance) -> str:
+    """The status GET /models reports: a loaded instance asleep (--sleep-idle-seconds) is `sleeping`."""
+    if inst.status == "loaded" and inst.running is not None and sleep.is_sleeping(inst.running.app):
+        return "sleeping"
+    return inst.status
+
+
 def _model_card(inst: Instance, created: int) -> dict:
-    status: dict = {"value": inst.status, "args": _instance_args(inst)}
+    status: dict = {"value": _status_value(inst), "args": _instance_args(inst)}
     if inst.source.source == model_sources.SOURCE_PRESET:
         status["preset"] = inst.source.to_ini()
     if inst.exit_code:
@@ -651,7 +666,7 @@ async def router_models(request: web.Request) -> web.Response:
 async def models_load(request: web.Request) -> web.Response:
     router = request.app[ROUTER_KEY]
     body = parse_json(await request.read())
-    inst = router.find(body.get("model") if isinstance(body.get("model"), str) else "")
+    inst = router.find(_model_field(body))
     if inst is None:
         raise LlamaError(404, "model is not found")
     if inst.is_running:
@@ -663,7 +678,7 @@ async def models_load(request: web.Request) -> web.Response:
 async def models_unload(request: web.Request) -> web.Response:
     router = request.app[ROUTER_KEY]
     body = parse_json(await request.read())
-    inst = router.find(body.get("model") if isinstance(body.get("model"), str) else "")
+    inst = router.find(_model_field(body))
     if inst is None:
         raise LlamaError(400, "model is not found")
     if not inst.is_running:

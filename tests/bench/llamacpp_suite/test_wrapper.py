@@ -41,3 +41,17 @@ def test_wrapper_starts_the_look_alike_with_mapped_flags():
                           "--print-config"], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "llama-3.2-1b" in out.stdout
+
+
+def test_a_download_is_named_as_the_cache_lists_it_and_a_router_then_sees_it(tmp_path, monkeypatch):
+    from bench.llamacpp_suite.wrapper import downloaded
+    from fake_engines.llamacpp.model_sources import cached_models, record_download
+
+    assert downloaded(["--hf-repo", "ggml-org/tinygemma3-GGUF:Q8_0"]) == \
+        ("ggml-org/tinygemma3-GGUF:Q8_0", "ggml-org/tinygemma3-GGUF")
+    assert downloaded(["-hf", "ggml-org/test-model-stories260K"])[0] == "ggml-org/test-model-stories260K:F32"
+    assert downloaded(["--hf-repo", "ggml-org/models", "--hf-file", "tinyllamas/stories260K.gguf"]) is None
+    assert downloaded(["--port", "8080"]) is None
+    monkeypatch.setenv("LLAMA_CACHE", str(tmp_path))
+    record_download("ggml-org/tinygemma3-GGUF:Q8_0", "ggml-org/tinygemma3-GGUF")
+    assert [(m.name, m.source) for m in cached_models()] == [("ggml-org/tinygemma3-GGUF:Q8_0", "cache")]

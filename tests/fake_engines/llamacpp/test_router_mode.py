@@ -26,9 +26,9 @@ def cache(tmp_path, monkeypatch):
     return tmp_path
 
 
-async def _router(tmp_path, **settings) -> object:
+async def _router(tmp_path, child_argv: list[str] = CHILD, **settings) -> object:
     config = LlamaServerConfig(model="llama-3.2-1b-Q8_0.gguf", port=0, time_scale=0.01)
-    return await start_router(config, RouterSettings(child_argv=CHILD, **settings))
+    return await start_router(config, RouterSettings(child_argv=child_argv, **settings))
 
 
 async def _statuses(http: aiohttp.ClientSession, base: str) -> dict[str, str]:
@@ -104,8 +104,8 @@ async def _is(http: aiohttp.ClientSession, base: str, model: str, status: str) -
     return (await _statuses(http, base))[model] == status
 
 
-async def test_without_autoload_a_request_for_an_unloaded_model_is_refused(cache):
-    running = await _router(cache, autoload=False)
+async def test_without_autoload_a_request_for_an_unloaded_model_is_refused_and_an_idle_one_sleeps(cache):
+    running = await _router(cache, autoload=False, child_argv=[*CHILD, "--sleep-idle-seconds", "1"])
     base = f"http://127.0.0.1:{running.port}"
     try:
         async with aiohttp.ClientSession() as http:
@@ -113,6 +113,9 @@ async def test_without_autoload_a_request_for_an_unloaded_model_is_refused(cache
             async with http.post(base + "/completion", json=body) as resp:
                 assert resp.status == 400 and (await resp.json())["error"]["message"] == "model is not loaded"
             async with http.post(base + "/completion?autoload=true", json=body) as resp:  # the query overrides
+                assert resp.status == 200
+            await wait_until(lambda: _is(http, base, STORIES, "sleeping"), what="the idle instance asleep")
+            async with http.post(base + "/completion", json=body) as resp:  # a sleeping model is still loaded
                 assert resp.status == 200
             assert (await _statuses(http, base))[STORIES] == "loaded"
     finally:
