@@ -118,6 +118,31 @@ def child_flags(argv: list[str]) -> list[str]:
     return out
 
 
+PRESET_ONLY = frozenset({"model", "m", "hf-repo", "hf", "hfr", "hf-file", "hff", "alias", "a", "tags",
+                         "load-on-startup", "dedup-cache-models", "stop-timeout", "spec-draft-hf", "hf-repo-draft",
+                         "host", "port"})
+"""Preset keys that name the model or steer the router, not flags of the instance."""
+
+
+def preset_flags(options: dict[str, str], parser: argparse.ArgumentParser) -> list[str]:
+    """A preset's options as command-line flags (`ctx-size = 256` is `--ctx-size 256`, `jinja = true`
+    is `--jinja`); keys that are no flag of the server are left out."""
+    known = parser._option_string_actions  # argparse has no public view of its spellings
+    out: list[str] = []
+    for key, value in options.items():
+        if key in PRESET_ONLY:
+            continue
+        flag = next((f for f in (f"--{key}", f"-{key}") if f in known), None)
+        if flag is None:
+            continue
+        if known[flag].nargs == 0:
+            if value.strip().lower() in ("1", "true", "on", "yes", "enabled", ""):
+                out.append(flag)
+        else:
+            out += [flag, value]
+    return out
+
+
 @dataclass
 class Instance:
     """One model's state in the router (server_model_meta plus its instance)."""
@@ -131,6 +156,8 @@ class Instance:
     stopping: bool = False
     exit_code: int = 0
     task: asyncio.Task | None = None
+    loaded_info: dict = field(default_factory=dict)
+    """The instance's own /v1/models card once loaded (the child's get_model_info), merged into GET /models."""
 
     @property
     def name(self) -> str:
@@ -328,12 +355,14 @@ class Router:
         inst.task = asyncio.get_running_loop().create_task(self._run(inst))
 
     def instance_config(self, inst: Instance):
-        """The instance's flags: the router's, then the model's file and name (update_args)."""
+        """The instance's flags: the model's preset options, the router's own flags over them (as the
+        real router merges its command line into every preset), then its file and name (update_args)."""
         from fake_engines.llamacpp.cli import build_parser, config_from_args
 
-        argv = [*self.settings.child_argv, "-m", self.settings.child_model, "--alias", inst.name,
-                "--host", "127.0.0.1", "--port", "0"]
-        return config_from_args(build_parser().parse_args(argv))
+        parser = build_parser()
+        argv = [*preset_flags(inst.source.options, parser), *self.settings.child_argv, "-m", self.settings.child_model,
+                "--alias", inst.name, "--host", "127.0.0.1", "--port", "0"]
+        return config_from_args(parser.parse_args(argv))
 
     async def _run(self, inst: Instance) -> None:
         from fake_engines.llamacpp.server import start_llama
@@ -350,7 +379,15 @@ class Router:
             self.set_status(inst, "unloaded")
             return
         if inst.status == "loading":
+            inst.loaded_info = await self._model_info(running.port)
             self.set_status(inst, "loaded")
+
+    async def _model_info(self, port: int) -> dict:
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError, KeyError, IndexError, TypeError):
+            async with self.session().get(f"http://127.0.0.1:{port}/v1/models",
+                                          timeout=aiohttp.ClientTimeout(total=STREAM_LOOKUP_TIMEOUT_S)) as resp:
+                return dict((await resp.json())["data"][0])
+        return {}
 
     def request_stop(self, name: str) -> None:
         inst = self.instances.get(name)
@@ -369,7 +406,7 @@ class Router:
                 await asyncio.wait_for(running.drain_and_close(), DEFAULT_STOP_TIMEOUT_S)
             except TimeoutError:
                 await running.close()
-        inst.running, inst.task = None, None
+        inst.running, inst.task, inst.loaded_info = None, None, {}
         self.set_status(inst, "unloaded")
         self.tick()
 
@@ -644,10 +681,12 @@ def _model_card(inst: Instance, created: int) -> dict:
         status["preset"] = inst.source.to_ini()
     if inst.exit_code:
         status.update(exit_code=inst.exit_code, failed=True)
-    return {"id": inst.name, "aliases": inst.source.aliases, "tags": inst.source.tags, "object": "model",
+    card = {"id": inst.name, "aliases": inst.source.aliases, "tags": inst.source.tags, "object": "model",
             "owned_by": "llamacpp", "created": created, "status": status,
             "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
             "source": inst.source.source, "can_remove": inst.source.source == model_sources.SOURCE_CACHE}
+    extra = inst.loaded_info if inst.is_running else {}
+    return {**card, **{k: v for k, v in extra.items() if k not in card}}
 
 
 def _instance_args(inst: Instance) -> list[str]:

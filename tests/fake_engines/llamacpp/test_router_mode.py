@@ -48,8 +48,8 @@ async def test_router_lists_loads_proxies_evicts_and_unloads(cache):
     models_dir.mkdir()
     (models_dir / "local-model.gguf").write_bytes(b"")
     preset = cache / "presets.ini"
-    preset.write_text("[*]\nctx-size = 256\n\n[my-preset]\nhf-repo = ggml-org/test-model-stories260K\n"
-                      "alias = mine,also-mine\n")
+    preset.write_text("[*]\nparallel = 3\nno-slots = false\n\n[my-preset]\nhf-repo = ggml-org/test-model-stories260K\n"
+                      "alias = mine,also-mine\nctx-size = 300\nmetrics = true\n")
     running = await _router(cache, models_dir=str(models_dir), models_preset=str(preset), models_max=1)
     base = f"http://127.0.0.1:{running.port}"
     try:
@@ -64,7 +64,7 @@ async def test_router_lists_loads_proxies_evicts_and_unloads(cache):
                 ["cache", "models_dir", "preset"]
             assert cards[GEMMA]["can_remove"] and not cards["my-preset"]["can_remove"]
             assert cards["my-preset"]["aliases"] == ["mine", "also-mine"]
-            assert "ctx-size = 256" in cards["my-preset"]["status"]["preset"]
+            assert "ctx-size = 300" in cards["my-preset"]["status"]["preset"]
             assert all(c["status"]["value"] == "unloaded" for c in cards.values())
 
             async with http.post(base + "/models/load", json={"model": GEMMA}) as resp:
@@ -78,8 +78,12 @@ async def test_router_lists_loads_proxies_evicts_and_unloads(cache):
                 assert resp.status == 200
                 answer = await resp.json()
             assert answer["model"] == "my-preset" and answer["usage"]["completion_tokens"] == 3
-            statuses = await _statuses(http, base)
-            assert statuses["my-preset"] == "loaded" and statuses[GEMMA] == "unloaded"  # --models-max 1: LRU out
+            async with http.get(base + "/models") as resp:
+                cards = {m["id"]: m for m in (await resp.json())["data"]}
+            assert cards["my-preset"]["status"]["value"] == "loaded"
+            assert cards[GEMMA]["status"]["value"] == "unloaded"  # --models-max 1: the least recently used went
+            # the instance's own card; the router's flags (-c 512 -np 1) win over the preset's
+            assert cards["my-preset"]["meta"]["n_ctx"] == 512 and "meta" not in cards[GEMMA]
 
             async with http.post(base + "/v1/chat/completions", json={**body, "model": "nope"}) as resp:
                 assert resp.status == 400
@@ -88,6 +92,8 @@ async def test_router_lists_loads_proxies_evicts_and_unloads(cache):
                 assert (await resp.json())["error"]["message"] == "model name is missing from the request"
             async with http.get(base + "/slots?model=my-preset") as resp:  # GET routes name the model in the query
                 assert resp.status == 200 and len(await resp.json()) == 1
+            async with http.get(base + "/metrics?model=my-preset") as resp:  # `metrics = true` of the preset
+                assert resp.status == 200
 
             async with http.post(base + "/models/unload", json={"model": "my-preset"}) as resp:
                 assert resp.status == 200
