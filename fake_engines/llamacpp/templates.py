@@ -288,14 +288,26 @@ def _normalised(msgs: list[dict], caps: Mapping[str, bool]) -> list[dict]:
             msg["content"] = [{"type": "text", "text": msg["content"]}]
         if msg["role"] == "developer":
             msg["role"] = "system"
-        if caps["supports_tool_calls"] and "tool_calls" in msg and msg.get("content") is None:
-            msg["content"] = ""
+        if caps["supports_object_arguments"] and "tool_calls" in msg:  # workaround::func_args_not_string
+            msg["tool_calls"] = [_object_arguments(c) for c in msg["tool_calls"]]
         out.append(msg)
     if not caps["supports_system_role"] and out and out[0]["role"] == "system":
         first = out.pop(0)
         if out:
             out[0] = {**out[0], "content": f"{first['content']}\n{out[0]['content']}"}
     return out
+
+
+def _object_arguments(call: dict) -> dict:
+    """A tool call whose string arguments are parsed into the object a template reads."""
+    args = call["function"]["arguments"]
+    if not isinstance(args, str):
+        return call
+    try:
+        parsed = json.loads(args)
+    except json.JSONDecodeError as exc:
+        raise LlamaError(500, f"Failed to parse tool call arguments as JSON: {exc}") from None
+    return {**call, "function": {**call["function"], "arguments": parsed}}
 
 
 def _flat_text(content: object, delimiter: str) -> str:
@@ -340,12 +352,21 @@ def _caps(templates: ChatTemplates) -> dict[str, bool]:
     tool = {"type": "function", "function": {"name": "tool1", "description": "Tool description", "parameters": {
         "type": "object", "properties": {"arg": {"type": "string", "description": "Arg description"}},
         "required": ["arg"]}}}
-    call = {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "call00001", "type": "function", "function": {"name": "tool_call_name", "arguments": "{}"}}]}
+    def call_with(arguments: object) -> dict:
+        return {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call00001", "type": "function", "function": {"name": "tool_call_name", "arguments": arguments}}]}
+
+    call = call_with("{}")
     caps["supports_tools"] = bool(shows([{"role": "user", "content": "User message"}], [tool], "tool1"))
     caps["supports_tool_calls"] = bool(shows([{"role": "user", "content": "User message"}, call,
                                               {"role": "tool", "content": "Tool response", "tool_call_id": "call00001"}],
                                              [tool], "tool_call_name"))
+    object_call = call_with({"arg": "ARG_MARKER"})
+    with_object = rendered([{"role": "user", "content": "User message"}, object_call,
+                            {"role": "tool", "content": "Tool response", "tool_call_id": "call00001"}], [tool]) or ""
+    # printing the argument (tojson of the object included) reads it; a Python repr of the dict does not
+    caps["supports_object_arguments"] = "ARG_MARKER" in with_object and "{'arg'" not in with_object
+    caps["supports_tool_calls"] = caps["supports_tool_calls"] or "tool_call_name" in with_object
     caps["supports_parallel_tool_calls"] = caps["supports_tool_calls"]
     caps["supports_preserve_reasoning"] = any(v in templates.source for v in (
         "preserve_thinking", "clear_thinking", "truncate_history_thinking", "drop_thinking"))

@@ -229,3 +229,18 @@ async def test_streamed_chat_carries_verbose_on_its_first_closing_delta():
     carrying = [e for e in events if "__verbose" in e]
     assert len(carrying) == 1 and carrying[0]["choices"][0]["finish_reason"] is not None
     assert carrying[0]["__verbose"]["prompt"].startswith("<|im_start|>system\nBook<|im_end|>\n")
+
+
+def test_tool_calls_reach_templates_that_read_object_arguments_as_objects():
+    source = ("{% for m in messages %}{% for c in m.tool_calls or [] %}[{{ c.function.name }} "
+              "{{ c.function.arguments | tojson }} {% for k, v in c.function.arguments | items %}{{ k }}={{ v }}"
+              "{% endfor %}]{% endfor %}{% endfor %}{% for t in tools or [] %}<{{ t.function.name }}>{% endfor %}")
+    templates = _jinja(source)
+    assert templates.caps["supports_object_arguments"] and templates.caps["supports_tool_calls"]
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    messages = [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    assert templates.render(messages, [tool]) == '[get_weather {"city": "Paris"} city=Paris]<get_weather>'
+    bad = {**call, "function": {**call["function"], "arguments": "{not json"}}
+    with pytest.raises(LlamaError, match="Failed to parse tool call arguments as JSON"):
+        templates.render([messages[0], {**messages[1], "tool_calls": [bad]}])
