@@ -416,6 +416,9 @@ class Router:
             self.request_stop(name)
 
     async def unload_all(self) -> None:
+        """Shutdown: SSE listeners are let go, every instance stopped."""
+        for queue in self.subscribers:
+            queue.put_nowait(None)
         for inst in self.instances.values():
             if inst.is_running:
                 self.request_stop(inst.name)
@@ -696,7 +699,10 @@ def _instance_args(inst: Instance) -> list[str]:
 async def router_models(request: web.Request) -> web.Response:
     router = request.app[ROUTER_KEY]
     if request.query.get("reload"):
-        await router.reload()
+        try:
+            await router.reload()
+        except model_sources.PresetError as exc:
+            raise LlamaError(500, str(exc)) from None
     created = int(time.time())
     data = [_model_card(i, created) for i in router.instances.values() if not i.source.hidden]
     return json_body({"data": data, "object": "list"})
@@ -760,10 +766,9 @@ async def models_sse(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
     try:
         await response.prepare(request)
-        while True:
-            event = await queue.get()
+        while (event := await queue.get()) is not None:
             await response.write(f"data: {json.dumps(event, separators=(',', ':'))}\n\n".encode())
-    except (ConnectionResetError, asyncio.CancelledError):
+    except ConnectionResetError:
         pass
     finally:
         router.subscribers.discard(queue)

@@ -5,6 +5,7 @@ resumable streams through the router."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import aiohttp
 import pytest
@@ -106,6 +107,15 @@ async def test_router_lists_loads_proxies_evicts_and_unloads(cache):
         await running.drain_and_close()
 
 
+async def _sse_events(resp: aiohttp.ClientResponse, count: int) -> list[dict]:
+    events = []
+    while len(events) < count:
+        line = await resp.content.readline()
+        if line.startswith(b"data: "):
+            events.append(json.loads(line[6:]))
+    return events
+
+
 async def _is(http: aiohttp.ClientSession, base: str, model: str, status: str) -> bool:
     return (await _statuses(http, base))[model] == status
 
@@ -118,8 +128,13 @@ async def test_without_autoload_a_request_for_an_unloaded_model_is_refused_and_a
             body = {"model": STORIES, "prompt": "hello", "n_predict": 2}
             async with http.post(base + "/completion", json=body) as resp:
                 assert resp.status == 400 and (await resp.json())["error"]["message"] == "model is not loaded"
+            events = await http.get(base + "/models/sse")
             async with http.post(base + "/completion?autoload=true", json=body) as resp:  # the query overrides
                 assert resp.status == 200
+            seen = await asyncio.wait_for(_sse_events(events, 2), 30)
+            assert [(e["model"], e["event"], e["data"]["status"]) for e in seen] == \
+                [(STORIES, "model_status", "loading"), (STORIES, "model_status", "loaded")]
+            events.close()
             await wait_until(lambda: _is(http, base, STORIES, "sleeping"), what="the idle instance asleep")
             async with http.post(base + "/completion", json=body) as resp:  # a sleeping model is still loaded
                 assert resp.status == 200
