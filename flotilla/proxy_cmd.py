@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # imported for real only when the command runs (aiohttp is no
     from proxy.autoscale.config import AutoscaleConfig
     from proxy.config import ProxyConfig
     from proxy.discovery import DiscoverSpec
+    from proxy.workers import WorkerContext
 
 HELP = "run the OpenAI-compatible streaming router in front of engine replicas"
 DESCRIPTION = """\
@@ -38,6 +39,11 @@ Serves /v1/completions, /v1/chat/completions (forwarded), /v1/models (the union 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=port_number, default=8000, help="port to listen on (default 8000)")
+    from proxy.workers import DEFAULT_WORKERS, worker_count  # stays free of aiohttp
+
+    parser.add_argument("--workers", type=worker_count, default=DEFAULT_WORKERS, metavar="N|auto",
+                        help="processes serving the one address, sharing in-flight work, engine scrapes "
+                             "and /metrics; auto: one per core (default %(default)s; docs/proxy.md#workers)")
     parser.add_argument("--policy", default=None,
                         help="routing policy NAME[:key=value,...] (default least-outstanding)")
     parser.add_argument("--backend", action="append", default=[], metavar="[FLAVOR=]URL",
@@ -103,8 +109,14 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
 INSTANCE_HEADER = "x-flotilla-instance"
 
 
+def listening_line(url: str, config: ProxyConfig, workers: int = 1) -> str:
+    each = f", {workers} workers" if workers > 1 else ""
+    return f"flotilla proxy listening on {url} ({len(config.backends)} backends, policy {config.policy}{each})"
+
+
 async def serve(config: ProxyConfig, autoscale: AutoscaleConfig | None = None,
-                instance_id: str | None = None, discover: list[DiscoverSpec] | None = None) -> None:
+                instance_id: str | None = None, discover: list[DiscoverSpec] | None = None,
+                worker: WorkerContext | None = None) -> None:
     from proxy.app import start_proxy
     from proxy.server import raise_open_file_limit
 
@@ -121,10 +133,17 @@ async def serve(config: ProxyConfig, autoscale: AutoscaleConfig | None = None,
             async def stamp(_request: web.Request, response: web.StreamResponse) -> None:
                 response.headers[INSTANCE_HEADER] = instance_id
             app.on_response_prepare.append(stamp)
+        if worker is not None:
+            from proxy.workers import attach as attach_worker
+
+            attach_worker(app, worker)
     raise_open_file_limit()
-    running = await start_proxy(config, extend=extend)
-    print(f"flotilla proxy listening on {running.url} ({len(config.backends)} backends, "
-          f"policy {config.policy})", flush=True)
+    if worker is None:
+        running = await start_proxy(config, extend=extend)
+        print(listening_line(running.url, config), flush=True)
+    else:
+        running = await start_proxy(config, extend=extend, sock=worker.listening_socket())
+        worker.ready()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -169,6 +188,11 @@ def run(args: argparse.Namespace) -> int:
     if not config.backends and config.config_path is None and autoscale is None and not discover:
         return _fail("give at least one --backend URL, --discover k8s:SERVICE, --config fleet.yaml "
                      "or --autoscale SPEC")
+    if args.workers > 1:
+        if autoscale is not None or config.admin_token:
+            return _fail("--workers above 1 runs without --autoscale and --admin-token for now: the "
+                         "autoscaler and the admin API keep their state in one process")
+        return run_workers(args.workers, config, args.instance_id, discover)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(serve(config, autoscale, args.instance_id, discover))
@@ -177,6 +201,24 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:  # the port or --host cannot be bound (start_proxy has undone its startup)
         return _fail(bind_error(config.host, config.port, exc))
     return 0
+
+
+def run_workers(workers: int, config: ProxyConfig, instance_id: str | None,
+                discover: list[DiscoverSpec] | None) -> int:
+    """`--workers N`: the parent binds and supervises; each forked worker serves (proxy/workers.py)."""
+    from proxy.workers import Supervisor, use_multiprocess_metrics
+
+    def start_worker(ctx: WorkerContext) -> int:
+        use_multiprocess_metrics(ctx.metrics_dir)
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(serve(config, None, instance_id, discover, worker=ctx))
+        return 0
+
+    try:
+        supervisor = Supervisor(workers, config.host, config.port, start_worker)
+    except OSError as exc:
+        return _fail(bind_error(config.host, config.port, exc))
+    return supervisor.run(lambda url: print(listening_line(url, config, workers), flush=True))
 
 
 def _fail(message: str) -> int:

@@ -8,6 +8,7 @@ import functools
 import json
 import logging
 import random
+import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field, replace
@@ -64,6 +65,8 @@ class Proxy:
     """What each backend that publishes KV-cache events holds (fed by `kv_events`)."""
     kv_events: KVEventsHub | None = None
     """The event subscriptions; started when the policy reads the index or a backend publishes."""
+    scrape_loop: Callable[[Scraper], Coroutine[Any, Any, None]] | None = None
+    """Runs the scraper instead of `Scraper.run` (a worker of several: proxy/workers.py)."""
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
@@ -74,8 +77,12 @@ class Proxy:
         h = self.config.health
         self.health = HealthChecker(self.pool, self.session, self.metrics, h.interval_s, h.timeout_s)
         scraper = Scraper(self.pool, self.session, self.config.scrape_interval_s, self.config.scrape_timeout_s)
-        await asyncio.gather(self.health.check_all(), scraper.scrape_all())
-        loops = [self.health.run(), scraper.run()]
+        if self.scrape_loop is None:
+            await asyncio.gather(self.health.check_all(), scraper.scrape_all())
+            loops = [self.health.run(), scraper.run()]
+        else:  # one worker scrapes for all
+            await self.health.check_all()
+            loops = [self.health.run(), self.scrape_loop(scraper)]
         if isinstance(self.policy, KVIndexUser) or any(b.spec.kv_events for b in self.pool):
             loops.append(self._start_kv_events())
         if self.config.config_path is not None:
@@ -281,7 +288,7 @@ def build_app(config: ProxyConfig, policy: RoutingPolicy | None = None,
         web.get("/metrics", metrics),
         *AdminApi(pool, config.admin_token, proxy.probe_now).routes(),
         debug_route(config.admin_token, lambda: {"queued": proxy.admission.queued(),  # type: ignore[union-attr]
-                                                 "in_flight": sum(b.in_flight for b in proxy.pool)}),
+                                                 "in_flight": sum(b.total_in_flight()[0] for b in proxy.pool)}),
     ])
     app.on_startup.append(lambda _app: proxy.start())
     app.on_cleanup.append(lambda _app: proxy.stop())
@@ -311,8 +318,10 @@ class RunningProxy:
 
 async def start_proxy(config: ProxyConfig, policy: RoutingPolicy | None = None,
                       rng: random.Random | None = None,
-                      extend: Callable[[web.Application], object] | None = None) -> RunningProxy:
-    """Build and serve the proxy on config.host:config.port (port 0: any free port).
+                      extend: Callable[[web.Application], object] | None = None,
+                      sock: socket.socket | None = None) -> RunningProxy:
+    """Build and serve the proxy on config.host:config.port (port 0: any free port), or on the
+    listening `sock` (a worker of `flotilla proxy --workers N`).
 
     `extend(app)` runs before the app starts: the place to attach the autoscaler."""
     app = build_app(config, policy, rng)
@@ -326,7 +335,8 @@ async def start_proxy(config: ProxyConfig, policy: RoutingPolicy | None = None,
     # answering 415/400 instead of aiohttp's logged parser errors.
     runner = ProxyRunner(app, config.limits, handler_cancellation=True, access_log=None, auto_decompress=False)
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port, backlog=1024, reuse_address=True)
+    site: web.BaseSite = (web.SockSite(runner, sock, backlog=1024) if sock is not None else
+                          web.TCPSite(runner, config.host, config.port, backlog=1024, reuse_address=True))
     try:
         await site.start()
     except OSError:  # the port is taken: stop what startup began (the autoscaler's replicas)

@@ -2,11 +2,20 @@
 
 Each proxy owns a registry, so several proxies in one process (tests, benchmarks) never mix.
 Gauges that describe the pool are refreshed when /metrics is read, not on every request.
+
+A worker of `flotilla proxy --workers N` writes its values to files in $PROMETHEUS_MULTIPROC_DIR
+(prometheus_client's multiprocess mode, set up by proxy/workers.py) and /metrics adds up every
+worker's: counters and histograms sum; the pool gauges are set, by the worker answering, from
+the state the workers share, so the most recent value is the fleet's.
 """
 
 from __future__ import annotations
 
+import os
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from policies.routing.base import BackendState
 from proxy.pool import BackendPool
@@ -18,6 +27,7 @@ TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.
 
 class RouterMetrics:
     def __init__(self) -> None:
+        self.multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
         r = self.registry = CollectorRegistry()
         self.requests = Counter("flotilla_requests", "Requests answered, by model, backend and status",
                                 ["model", "backend", "status"], registry=r)
@@ -33,11 +43,11 @@ class RouterMetrics:
         self.decisions = Counter("flotilla_routing_decisions", "Routing decisions by policy and rule",
                                  ["policy", "rule"], registry=r)
         self.in_flight = Gauge("flotilla_backend_in_flight", "Router-side outstanding requests",
-                               ["backend"], registry=r)
+                               ["backend"], registry=r, multiprocess_mode="mostrecent")
         self.scrape_age = Gauge("flotilla_backend_scrape_age_seconds", "Age of the newest engine metrics",
-                                ["backend"], registry=r)
+                                ["backend"], registry=r, multiprocess_mode="mostrecent")
         self.state = Gauge("flotilla_backend_state", "1 for the state each backend is in",
-                           ["backend", "state"], registry=r)
+                           ["backend", "state"], registry=r, multiprocess_mode="mostrecent")
         self._requests_by_key: dict[tuple[str, str, int], Counter] = {}
         self._by_model: dict[str, tuple[Histogram, Histogram]] = {}
         self._decisions_by_key: dict[tuple[str, str], Counter] = {}
@@ -89,11 +99,29 @@ class RouterMetrics:
         for gauge in (self.in_flight, self.scrape_age, self.state):
             gauge.clear()  # backends that left must not linger
         for b in pool:
-            self.in_flight.labels(b.url).set(b.in_flight)
+            self.in_flight.labels(b.url).set(b.total_in_flight()[0])
             if b.sample_time_s is not None:
                 self.scrape_age.labels(b.url).set(now_s - b.sample_time_s)
             for state in BackendState:
                 self.state.labels(b.url, state.value).set(1.0 if b.state is state else 0.0)
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry)
+        return generate_latest(_AllWorkers(self.registry, self.multiprocess_dir))  # type: ignore[arg-type]
+
+
+class _AllWorkers:
+    """Every worker's metric values from the multiprocess files, plus this worker's collectors
+    that keep no values in them (the KV-event hub's, read from its live state)."""
+
+    def __init__(self, registry: CollectorRegistry, directory: str) -> None:
+        self.registry = registry
+        self.directory = directory
+
+    def collect(self):  # noqa: ANN201 - prometheus_client's collector protocol
+        yield from MultiProcessCollector(None, self.directory).collect()
+        # The registry's own collectors: prometheus_client offers no public list of them.
+        for collector in list(self.registry._collector_to_names):
+            if not isinstance(collector, MetricWrapperBase):
+                yield from collector.collect()

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from policies.routing.base import BackendState, BackendView
 from proxy.breaker import CircuitBreaker, CircuitState, Outcome
 from proxy.config import BackendSpec, BreakerConfig, redact_url
 from proxy.engine_metrics import LoadSample
+
+if TYPE_CHECKING:
+    from proxy.workers import SharedLoad
 
 AGE_RESOLUTION_S = 0.01
 """Metrics ages in cached views are exact to this; policies judge staleness in tenths of seconds."""
@@ -58,6 +62,9 @@ class Backend:
     sample_time_s: float | None = None
     scrape_epoch: int = 0
     """Bumped when a scrape is sent; requests picked later carry the new epoch."""
+    shared: SharedLoad | None = None
+    """With `flotilla proxy --workers N`: the other workers' in-flight work (proxy/workers.py)."""
+    shared_slot: int = -1
     _models_key: tuple = field(default=(), repr=False)
     _models: frozenset[str] = field(default=frozenset(), repr=False)
     _view_key: tuple = field(default=(), repr=False)
@@ -93,19 +100,33 @@ class Backend:
             return True
         return self.state is BackendState.EJECTED and self.breaker.allows_request(now_s)
 
+    def total_in_flight(self) -> tuple[int, int]:
+        """Requests and reserved tokens in flight to this backend from every worker (this one
+        alone without --workers)."""
+        if self.shared is None:
+            return self.in_flight, self.in_flight_tokens
+        requests, tokens = self.shared.peers(self.shared_slot)
+        return self.in_flight + requests, self.in_flight_tokens + tokens
+
+    def publish_in_flight(self) -> None:
+        if self.shared is not None:
+            self.shared.publish(self.shared_slot, self.in_flight, self.in_flight_tokens)
+
     def view(self, index: int, now_s: float) -> BackendView:
         """This backend as policies see it. A view is rebuilt only when something in it changed
         (metrics age counts in AGE_RESOLUTION_S steps): a request changes one backend, not all."""
         unseen_requests, unseen_tokens = self.unseen_requests, self.unseen_tokens
-        key = (index, self.state, self.spec, self.models, self.in_flight, self.in_flight_tokens, self.prefill_tokens,
+        in_flight, in_flight_tokens = self.total_in_flight()
+        key = (index, self.state, self.spec, self.models, in_flight, in_flight_tokens, self.prefill_tokens,
                unseen_requests, unseen_tokens, self.sample, self.sample_time_s, int(now_s / AGE_RESOLUTION_S))
         view = self._view
         if key != self._view_key or view is None:
-            view = self._build_view(index, now_s, unseen_requests, unseen_tokens)
+            view = self._build_view(index, now_s, unseen_requests, unseen_tokens, in_flight, in_flight_tokens)
             self._view_key, self._view = key, view
         return view
 
-    def _build_view(self, index: int, now_s: float, unseen_requests: int, unseen_tokens: int) -> BackendView:
+    def _build_view(self, index: int, now_s: float, unseen_requests: int, unseen_tokens: int,
+                    in_flight: int, in_flight_tokens: int) -> BackendView:
         s = self.sample
         capacity = s.cache_capacity_tokens if s else None
         kv = s.kv_cache_usage if s else None
@@ -113,7 +134,7 @@ class Backend:
             kv = min(1.0, kv + unseen_tokens / capacity)
         return BackendView(
             index=index, url=self.url, state=self.state, weight=self.spec.weight, models=self.models,
-            in_flight=self.in_flight, in_flight_tokens=self.in_flight_tokens,
+            in_flight=in_flight, in_flight_tokens=in_flight_tokens,
             prefill_tokens=self.prefill_tokens,
             num_requests_running=s.num_requests_running if s else None,
             num_requests_waiting=(s.num_requests_waiting or 0.0) + unseen_requests
@@ -129,6 +150,8 @@ class Backend:
 class BackendPool:
     breaker_config: BreakerConfig = field(default_factory=BreakerConfig)
     backends: list[Backend] = field(default_factory=list)
+    shared: SharedLoad | None = None
+    """With `flotilla proxy --workers N`: where each backend's in-flight work is shared."""
     generation: int = 0
     """Bumped whenever a backend leaves, so policies indexed by position can reset."""
 
@@ -150,8 +173,17 @@ class BackendPool:
                 existing.state = BackendState.READY if existing.ever_ready else BackendState.STARTING
             return existing
         backend = Backend(spec=spec, breaker=CircuitBreaker(self.breaker_config), source=source)
+        if self.shared is not None:
+            backend.shared, backend.shared_slot = self.shared, self.shared.slot_of(backend.url)
         self.backends.append(backend)
         return backend
+
+    def share(self, shared: SharedLoad) -> None:
+        """Count in-flight work in `shared` too, and read the other workers' there."""
+        self.shared = shared
+        for b in self.backends:
+            b.shared, b.shared_slot = shared, shared.slot_of(b.url)
+            b.publish_in_flight()
 
     def drain(self, url: str) -> Backend | None:
         """Stop routing to `url`; it leaves the pool once its last request finished."""
@@ -190,6 +222,7 @@ class BackendPool:
         bucket = backend.unseen.setdefault(backend.scrape_epoch, [0, 0])
         bucket[0] += 1
         bucket[1] += tokens
+        backend.publish_in_flight()
         if backend.state is BackendState.EJECTED:
             backend.breaker.start_probe()
         return Reservation(backend=backend, tokens=tokens, scrape_epoch=backend.scrape_epoch)
@@ -201,6 +234,7 @@ class BackendPool:
         b = r.backend
         b.in_flight -= 1
         b.in_flight_tokens -= r.tokens
+        b.publish_in_flight()
         bucket = b.unseen.get(r.scrape_epoch)
         if bucket is not None:
             bucket[0] -= 1

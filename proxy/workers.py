@@ -1,0 +1,447 @@
+"""`flotilla proxy --workers N`: N processes serving one listening address, sharing routing state.
+
+One Python event loop tops out at one core (docs/benchmarks.md); N worker processes use N.
+What the workers must agree on is shared, without locks on the request path:
+
+- **The listening address.** Where the platform has SO_REUSEPORT (Linux, the BSDs), each worker
+  binds its own socket to the address and the kernel spreads new connections over them by a
+  hash of the connection, so no worker takes more than its share while another idles (one
+  socket accepted by every worker wakes them all and lets the fastest take most connections).
+  The parent binds the address first (without listening, so it takes no connection): the port
+  is resolved once (`--port 0`) and stays held while a worker restarts. Elsewhere the parent
+  binds and listens once and the workers inherit that socket.
+- **In-flight work per backend** (`SharedLoad`): an anonymous shared memory map with one row
+  per worker; each worker writes only its own row (plain stores, no lock, no read-modify-write
+  across processes) and a routing decision adds up the other rows. The parent zeroes a dead
+  worker's row. Backends get their column by a hash of their URL, claimed under a file lock
+  when a backend is first seen (not on the request path).
+- **Engine scrapes** (`Coordinator`): one worker, the leader, scrapes the engines and publishes
+  each round as a snapshot file; the others read it. The leader is whoever holds an exclusive
+  `flock` on a lock file; the kernel drops the lock when its holder dies, and the next worker
+  to try takes over within one scrape interval.
+- **KV-cache events**: every worker subscribes to every publisher itself (ZMQ PUB broadcasts).
+- **/metrics**: prometheus_client's multiprocess mode over a directory the parent owns and
+  removes; every worker's counters and histograms add up, and the per-backend gauges are
+  written from the shared state by whichever worker answers the scrape.
+
+Routing stays deterministic across workers and across separate proxy replicas: policies hash
+strings with `stable_hash` (never the per-process salted `hash()` of a str).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import fcntl
+import hashlib
+import logging
+import mmap
+import os
+import pickle
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from proxy.pool import BackendPool
+    from proxy.scraper import Scraper
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WORKERS = 1
+"""One process unless asked: the autoscaler and the admin API keep their state in one process,
+and a proxy beside engines on a small machine should not take every core by default."""
+SLOTS = 1024
+"""Backends the shared in-flight table can name over a proxy's life."""
+DIGEST_BYTES = 16
+WORKER_HEADER = "x-flotilla-worker"
+"""The pid of the worker that answered, on every response of a multi-worker proxy."""
+RESTART_DELAY_S = 1.0
+
+
+def worker_count(text: str) -> int:
+    """--workers: a positive count, or `auto` for one per core this process may run on."""
+    if text == "auto":
+        return available_cores()
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or auto, not {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or auto, not {text!r}")
+    return n
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on this platform
+        return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    with open(path, "a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+class SharedLoad:
+    """Per-backend in-flight requests and reserved tokens, one row per worker (see the module)."""
+
+    def __init__(self, workers: int, lock_path: Path) -> None:
+        self.workers = workers
+        self.lock_path = lock_path
+        self.row = -1
+        """This process's row; -1 in the parent, which only reads and zeroes."""
+        names = SLOTS * DIGEST_BYTES
+        # Anonymous and shared: forked workers inherit the mapping, nothing is left behind by name.
+        self._map = mmap.mmap(-1, names + workers * SLOTS * 2 * 8, flags=mmap.MAP_SHARED)
+        self._names = memoryview(self._map)[:names]
+        self._cells = memoryview(self._map)[names:].cast("q")
+        self._slots: dict[str, int] = {}
+
+    def slot_of(self, url: str) -> int:
+        """The column of `url`, the same in every worker."""
+        slot = self._slots.get(url)
+        if slot is None:
+            digest = hashlib.blake2b(url.encode(), digest_size=DIGEST_BYTES).digest()
+            slot = self._find(digest)
+            if slot is None:
+                with file_lock(self.lock_path):  # two workers seeing a new backend at once
+                    slot = self._find(digest, claim=True)
+            assert slot is not None  # claiming finds a slot or raises
+            self._slots[url] = slot
+        return slot
+
+    def _find(self, digest: bytes, claim: bool = False) -> int | None:
+        start = int.from_bytes(digest[:4], "little") % SLOTS
+        empty = bytes(DIGEST_BYTES)
+        for i in range(SLOTS):
+            slot = (start + i) % SLOTS
+            name = self._names[slot * DIGEST_BYTES:(slot + 1) * DIGEST_BYTES]
+            if name == digest:
+                return slot
+            if name == empty:
+                if not claim:
+                    return None
+                self._names[slot * DIGEST_BYTES:(slot + 1) * DIGEST_BYTES] = digest
+                return slot
+        raise RuntimeError(f"more than {SLOTS} backends over this proxy's life; restart it")
+
+    def publish(self, slot: int, requests: int, tokens: int) -> None:
+        """This worker's in-flight work to the backend in `slot` (only this worker writes its row)."""
+        base = (self.row * SLOTS + slot) * 2
+        self._cells[base] = requests
+        self._cells[base + 1] = tokens
+
+    def peers(self, slot: int) -> tuple[int, int]:
+        """The other workers' in-flight requests and tokens to the backend in `slot`."""
+        requests = tokens = 0
+        cells = self._cells
+        for row in range(self.workers):
+            if row != self.row:
+                base = (row * SLOTS + slot) * 2
+                requests += cells[base]
+                tokens += cells[base + 1]
+        return requests, tokens
+
+    def zero_row(self, row: int) -> None:
+        """A dead worker's requests are over (its connections died with it)."""
+        start = row * SLOTS * 2
+        for i in range(start, start + SLOTS * 2):
+            self._cells[i] = 0
+
+
+@dataclass
+class WorkerContext:
+    """What one worker process gets from the parent."""
+
+    index: int
+    workers: int
+    run_dir: Path
+    load: SharedLoad
+    host: str
+    port: int
+    sock: socket.socket | None
+    """The inherited listening socket; None where each worker binds its own (SO_REUSEPORT)."""
+    ready_fd: int
+
+    @property
+    def metrics_dir(self) -> Path:
+        return self.run_dir / "metrics"
+
+    def listening_socket(self) -> socket.socket:
+        if self.sock is not None:
+            return self.sock
+        return bind_socket(self.host, self.port, reuse_port=True, listen=True)
+
+    def ready(self) -> None:
+        with contextlib.suppress(OSError):  # a restarted worker: nobody waits for it
+            os.write(self.ready_fd, b"1")
+            os.close(self.ready_fd)
+
+
+def bind_socket(host: str, port: int, reuse_port: bool, listen: bool) -> socket.socket:
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        if listen:
+            sock.listen(1024)
+    except BaseException:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+def has_reuse_port() -> bool:
+    return hasattr(socket, "SO_REUSEPORT") and sys.platform != "win32"
+
+
+class Coordinator:
+    """Leader election and the scrape snapshot (see the module)."""
+
+    def __init__(self, run_dir: Path, pool: BackendPool, interval_s: float,
+                 on_lead: Callable[[], None] = lambda: None) -> None:
+        self.lock_path = run_dir / "leader.lock"
+        self.snapshot_path = run_dir / "scrape.pickle"
+        self.pool = pool
+        self.interval_s = interval_s
+        self.on_lead = on_lead
+        self.leading = False
+        self._lock_file: Any = None
+        self._seen_ns = 0
+        self._epoch_starts: dict[str, deque[tuple[int, float]]] = {}
+
+    def try_lead(self) -> bool:
+        if self._lock_file is None:
+            self._lock_file = open(self.lock_path, "a+b")  # noqa: SIM115 - held for the process's life
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        self.leading = True
+        log.info("worker %d leads: it scrapes the engines", os.getpid())
+        self.on_lead()
+        return True
+
+    async def run(self, scraper: Scraper) -> None:
+        while True:
+            if self.leading or self.try_lead():
+                await scraper.scrape_all()
+                self.publish()
+            else:
+                self.follow()
+            await asyncio.sleep(self.interval_s)
+
+    def publish(self) -> None:
+        snapshot = {b.url: (b.sample, b.sample_time_s) for b in self.pool if b.sample is not None}
+        tmp = self.snapshot_path.with_name(f"scrape.{os.getpid()}.tmp")
+        tmp.write_bytes(pickle.dumps(snapshot))
+        os.replace(tmp, self.snapshot_path)  # readers see the old snapshot or the new, never half
+
+    def follow(self, now_s: float | None = None) -> None:
+        """Take the leader's newest scrapes. Each call starts a new scrape epoch here, so a
+        scrape sent at time T clears only the requests this worker picked before T."""
+        now_s = time.monotonic() if now_s is None else now_s
+        for b in self.pool:
+            starts = self._epoch_starts.setdefault(b.url, deque(maxlen=512))
+            starts.append((self.pool.begin_scrape(b), now_s))
+        try:
+            mtime = os.stat(self.snapshot_path).st_mtime_ns
+            if mtime == self._seen_ns:
+                return
+            snapshot = pickle.loads(self.snapshot_path.read_bytes())  # written by our own leader, 0700 dir
+        except FileNotFoundError:
+            return
+        self._seen_ns = mtime
+        for url, (sample, sent_at_s) in snapshot.items():
+            backend = self.pool.find(url)
+            if backend is None or sent_at_s == backend.sample_time_s:
+                continue
+            before = [e for e, t in self._epoch_starts.get(url, ()) if t <= sent_at_s]
+            self.pool.record_scrape(backend, sample, before[-1] if before else 0, sent_at_s)
+
+
+def attach(app: web.Application, ctx: WorkerContext) -> Coordinator:
+    """Make the proxy `app` one worker of several: shared in-flight work, the scrape snapshot,
+    leader election, and the worker header."""
+    from prometheus_client import Gauge
+
+    from proxy.app import PROXY_KEY
+
+    proxy = app[PROXY_KEY]
+    ctx.load.row = ctx.index
+    proxy.pool.share(ctx.load)
+    leader = Gauge("flotilla_proxy_leader", "1 in the worker that scrapes the engines (labelled by pid)",
+                   registry=proxy.metrics.registry, multiprocess_mode="liveall")
+    leader.set(0)
+    coordinator = Coordinator(ctx.run_dir, proxy.pool, proxy.config.scrape_interval_s,
+                              on_lead=lambda: leader.set(1))
+    proxy.scrape_loop = coordinator.run
+    pid = str(os.getpid())
+
+    async def stamp(_request: web.Request, response: web.StreamResponse) -> None:
+        response.headers[WORKER_HEADER] = pid
+    app.on_response_prepare.append(stamp)
+    return coordinator
+
+
+def use_multiprocess_metrics(directory: Path) -> None:
+    """Route every metric value of this process to files in `directory` (call before any metric
+    is made; the parent made the directory)."""
+    from prometheus_client import values
+
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
+    values.ValueClass = values.MultiProcessValue()
+
+
+def _die_with_parent() -> None:
+    """A worker ends when the parent does, even by SIGKILL (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class Supervisor:
+    """The parent: binds, forks the workers, restarts any that dies, stops them all on SIGTERM."""
+
+    def __init__(self, workers: int, host: str, port: int, start_worker: Callable[[WorkerContext], int]) -> None:
+        self.workers = workers
+        self.host = host
+        self.start_worker = start_worker
+        self.reuse_port = has_reuse_port()
+        # SO_REUSEPORT: bound, not listening (holds the port, takes no connection); else the one socket.
+        self.sock = bind_socket(host, port, reuse_port=self.reuse_port, listen=not self.reuse_port)
+        self.port = self.sock.getsockname()[1]
+        self.run_dir = Path(tempfile.mkdtemp(prefix="flotilla-proxy-"))
+        (self.run_dir / "metrics").mkdir()
+        self.load = SharedLoad(workers, self.run_dir / "slots.lock")
+        self.pids: dict[int, int] = {}
+        """pid -> worker index."""
+        self.stopping = False
+        self.ready_r, self.ready_w = os.pipe()
+
+    def spawn(self, index: int) -> int:
+        pid = os.fork()
+        if pid == 0:  # the worker
+            code = 1
+            try:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                _die_with_parent()
+                os.close(self.ready_r)
+                ctx = WorkerContext(index=index, workers=self.workers, run_dir=self.run_dir, load=self.load,
+                                    host=self.host, port=self.port,
+                                    sock=None if self.reuse_port else self.sock, ready_fd=self.ready_w)
+                if self.reuse_port:
+                    self.sock.close()
+                code = self.start_worker(ctx)
+            except KeyboardInterrupt:
+                code = 0
+            except BaseException:
+                log.exception("worker %d failed", index)
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        self.pids[pid] = index
+        return pid
+
+    def run(self, on_listening: Callable[[str], None]) -> int:
+        try:
+            for index in range(self.workers):
+                self.spawn(index)
+            failed = self._wait_ready()
+            if failed is not None:
+                self._stop_all()
+                return failed
+            on_listening(f"http://{self.host}:{self.port}")
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self._on_signal)
+            self._supervise()
+            return 0
+        finally:
+            self._stop_all()
+            self.sock.close()
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def _wait_ready(self, timeout_s: float = 120.0) -> int | None:
+        """None once every worker listens; else the exit status of the first that died."""
+        os.close(self.ready_w)
+        deadline = time.monotonic() + timeout_s
+        ready = 0
+        os.set_blocking(self.ready_r, False)
+        while ready < self.workers:
+            try:
+                ready += len(os.read(self.ready_r, 64))
+            except BlockingIOError:
+                pass
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid:
+                self.pids.pop(pid, None)
+                return os.waitstatus_to_exitcode(status) or 1
+            if time.monotonic() > deadline:
+                return 1
+            time.sleep(0.02)
+        return None
+
+    def _on_signal(self, _sig: int, _frame: object) -> None:
+        self.stopping = True
+        for pid in self.pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    def _supervise(self) -> None:
+        from prometheus_client import multiprocess
+
+        while self.pids:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                return
+            index = self.pids.pop(pid, None)
+            if index is None:
+                continue
+            self.load.zero_row(index)
+            multiprocess.mark_process_dead(pid, str(self.run_dir / "metrics"))
+            if not self.stopping:
+                log.warning("proxy worker %d (pid %d) ended (%s); starting another", index, pid,
+                            os.waitstatus_to_exitcode(status))
+                time.sleep(RESTART_DELAY_S)
+                if not self.stopping:
+                    self.ready_r, self.ready_w = os.pipe()
+                    self.spawn(index)
+                    os.close(self.ready_w)
+                    os.close(self.ready_r)
+
+    def _stop_all(self) -> None:
+        self.stopping = True
+        for pid in list(self.pids):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        for pid in list(self.pids):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+            self.pids.pop(pid, None)

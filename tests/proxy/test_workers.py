@@ -1,0 +1,176 @@
+"""`flotilla proxy --workers 2` as a real subprocess in front of look-alike vLLM engines: one
+address served by two processes that agree on sessions, in-flight work and scrapes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from flotilla.fleet import EngineGroup, Fleet
+from flotilla.testing.live import LiveFleet
+from proxy.config import BackendSpec
+from proxy.engine_metrics import LoadSample
+from proxy.pool import BackendPool
+from proxy.workers import WORKER_HEADER, Coordinator, SharedLoad
+from tests.processes import kill_if_running, terminate
+from tests.waiting import wait_until
+
+MODEL = "llama-3.1-8b"
+
+
+@asynccontextmanager
+async def workers_proxy(urls: list[str], policy: str, *extra: str):
+    """A 2-worker `flotilla proxy` subprocess; yields its URL once every worker listens."""
+    backends = [a for u in urls for a in ("--backend", f"vllm={u}")]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "flotilla", "proxy", "--port", "0", "--workers", "2", "--policy", policy,
+        "--scrape-interval-s", "0.1", *backends, *extra, stdout=subprocess.PIPE)
+    try:
+        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
+        assert line.startswith("flotilla proxy listening on http://127.0.0.1:") and "2 workers" in line, line
+        yield line.split()[4]
+        assert await terminate(proc, 60) == 0
+    finally:
+        await kill_if_running(proc)
+
+
+async def metrics(url: str) -> tuple[str, dict[tuple[str, tuple], float]]:
+    """One /metrics read on a new connection: the worker that answered and the samples."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s:
+        async with s.get(url + "/metrics") as r:
+            text = await r.text()
+            worker = r.headers[WORKER_HEADER]
+    samples = {(x.name, tuple(sorted(x.labels.items()))): x.value
+               for family in text_string_to_metric_families(text) for x in family.samples}
+    return worker, samples
+
+
+def by_backend(samples: dict, name: str) -> dict[str, float]:
+    return {dict(labels)["backend"]: v for (n, labels), v in samples.items() if n == name}
+
+
+async def engine_load(session: aiohttp.ClientSession, url: str) -> float:
+    """What the engine itself runs and queues (its own /metrics)."""
+    async with session.get(url + "/metrics") as r:
+        text = await r.text()
+    return sum(x.value for family in text_string_to_metric_families(text) for x in family.samples
+               if x.name in ("vllm:num_requests_running", "vllm:num_requests_waiting"))
+
+
+@pytest.fixture
+async def engines():
+    group = EngineGroup(flavor="vllm", model=MODEL, name="a", replicas=2, time_scale=1.0)
+    live = await LiveFleet.start(Fleet(engines=(group,), policy="round-robin"))
+    yield live.engine_urls
+    await live.close()
+
+
+async def test_a_session_sticks_to_one_backend_through_either_worker(engines) -> None:
+    async with workers_proxy(engines, "session-affinity") as url:
+        backends, workers = [], set()
+        for i in range(16):
+            # A new connection each time: the kernel spreads connections over the workers.
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s:
+                async with s.post(url + "/v1/completions", headers={"x-session-id": "alice"},
+                                  json={"model": MODEL, "prompt": f"turn {i}", "max_tokens": 1}) as r:
+                    assert r.status == 200, await r.text()
+                    backends.append(r.headers["x-flotilla-backend"])
+                    workers.add(r.headers[WORKER_HEADER])
+        assert len(set(backends)) == 1 and backends[0] in engines
+        assert len(workers) == 2, f"every request went to worker {workers}"
+
+
+async def test_workers_in_flight_adds_up_to_what_the_engines_run(engines) -> None:
+    async with workers_proxy(engines, "least-outstanding") as url, aiohttp.ClientSession() as client:
+        async def totals() -> tuple[dict[str, float], dict[str, float]]:
+            _, samples = await metrics(url)
+            proxy = by_backend(samples, "flotilla_backend_in_flight")
+            return proxy, {u: await engine_load(client, u) for u in engines}
+
+        async def agree(expected: float) -> bool:
+            proxy, engine = await totals()
+            return sum(proxy.values()) == expected and proxy == engine
+
+        streams = []
+        for i in range(6):  # each on its own connection, so both workers take some
+            s = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
+            r = await s.post(url + "/v1/completions", json={"model": MODEL, "prompt": f"burst {i}",
+                                                          "max_tokens": 5000, "stream": True})
+            assert r.status == 200
+            streams.append((s, r))
+        try:
+            await wait_until(lambda: agree(6), what="the workers' in-flight sum equal to the engines' load")
+            assert len({r.headers[WORKER_HEADER] for _, r in streams}) == 2
+        finally:
+            for s, r in streams:
+                r.close()
+                await s.close()
+        await wait_until(lambda: agree(0), what="nothing in flight at rest, by the proxy and by the engines")
+
+
+async def test_another_worker_takes_over_scraping_when_the_leader_dies(engines) -> None:
+    async with workers_proxy(engines, "least-outstanding") as url:
+        async def leader() -> str | None:
+            _, samples = await metrics(url)
+            leaders = [dict(labels)["pid"] for (n, labels), v in samples.items()
+                       if n == "flotilla_proxy_leader" and v == 1]
+            return leaders[0] if len(leaders) == 1 else None
+
+        first = await wait_until(leader, what="one leader")
+        os.kill(int(first), signal.SIGKILL)
+        second = await wait_until(lambda: _other(leader, first), what="a new leader")
+        assert second != first
+
+        async def fresh() -> bool:  # scrapes keep coming, read through whichever worker answers
+            _, samples = await metrics(url)
+            ages = by_backend(samples, "flotilla_backend_scrape_age_seconds")
+            return set(ages) == set(engines) and max(ages.values()) < 1.0
+
+        for _ in range(3):
+            await wait_until(fresh, what="fresh scrapes after the hand-over")
+            await asyncio.sleep(0.5)  # ages must stay fresh as time passes, not just once
+
+
+async def _other(leader, first: str) -> str | None:
+    now = await leader()
+    return now if now not in (None, first) else None
+
+
+def test_shared_load_rows_add_up_and_a_dead_workers_row_is_zeroed(tmp_path: Path) -> None:
+    load = SharedLoad(3, tmp_path / "slots.lock")
+    a, b = load.slot_of("http://a"), load.slot_of("http://b")
+    assert a != b and load.slot_of("http://a") == a
+    for row, (requests, tokens) in enumerate([(2, 200), (3, 300), (5, 500)]):
+        load.row = row
+        load.publish(a, requests, tokens)
+    load.row = 0
+    assert load.peers(a) == (8, 800) and load.peers(b) == (0, 0)
+    load.zero_row(2)
+    assert load.peers(a) == (3, 300)
+
+
+def test_a_follower_takes_the_leaders_scrapes_and_clears_only_what_they_saw(tmp_path: Path) -> None:
+    leader_pool, follower_pool = BackendPool(), BackendPool()
+    for pool in (leader_pool, follower_pool):
+        pool.add(BackendSpec(url="http://a"))
+    leader, follower = Coordinator(tmp_path, leader_pool, 0.1), Coordinator(tmp_path, follower_pool, 0.1)
+    assert leader.try_lead() and not follower.try_lead()
+    backend = follower_pool.find("http://a")
+    follower.follow(now_s=10.0)
+    follower_pool.reserve(backend, 100)  # picked in the epoch that started at 10.0
+    follower.follow(now_s=11.0)
+    follower_pool.reserve(backend, 100)  # picked after 11.0
+    leader_pool.find("http://a").sample, leader_pool.find("http://a").sample_time_s = LoadSample(1.0, 0.0), 11.5
+    leader.publish()
+    follower.follow(now_s=12.0)
+    assert backend.sample == LoadSample(1.0, 0.0) and backend.sample_time_s == 11.5
+    assert backend.unseen_requests == 1  # the request picked after the scrape was sent
