@@ -39,7 +39,8 @@ class LlamaCounters:
     bucket_prompt_s: float = 0.0
     """Prompt time since the previous scrape."""
     bucket_predicted_tokens: int = 0
-    """Generated tokens since the previous scrape."""
+    """Decode steps spent generating since the previous scrape: each task's tokens but its first,
+    which came with the prompt (llama-server's predict_bucket rate counts steps)."""
     bucket_predicted_s: float = 0.0
     """Generation time since the previous scrape."""
 
@@ -55,7 +56,7 @@ class LlamaCounters:
         """A slot released its task (finished or cancelled) after predicting `predicted` tokens."""
         self.tokens_predicted += predicted
         self.tokens_predicted_s += elapsed_s
-        self.bucket_predicted_tokens += predicted
+        self.bucket_predicted_tokens += max(predicted - 1, 0)
         self.bucket_predicted_s += elapsed_s
         self.n_tokens_max = max(self.n_tokens_max, n_tokens)
 

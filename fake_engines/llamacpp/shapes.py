@@ -32,13 +32,16 @@ class Timings:
     """Time generating them."""
 
     def body(self) -> dict:
-        """The timings object."""
+        """The timings object (server_slot_stats::to_json): the generation rates are over decode
+        steps, one fewer than the tokens (the first comes from the last prompt batch's logits);
+        a rate or per-token time whose divisor is not known yet is 0."""
+        steps = max(self.predicted_n - 1, 0)
         return {"cache_n": self.cache_n, "prompt_n": self.prompt_n, "prompt_ms": self.prompt_ms,
-                "prompt_per_token_ms": self.prompt_ms / max(self.prompt_n, 1),
-                "prompt_per_second": 1e3 * self.prompt_n / self.prompt_ms if self.prompt_ms > 0 else 0.0,
+                "prompt_per_token_ms": self.prompt_ms / self.prompt_n if self.prompt_n > 0 else 0.0,
+                "prompt_per_second": 1e3 / self.prompt_ms * self.prompt_n if self.prompt_ms > 0 else 0.0,
                 "predicted_n": self.predicted_n, "predicted_ms": self.predicted_ms,
-                "predicted_per_token_ms": self.predicted_ms / max(self.predicted_n, 1),
-                "predicted_per_second": 1e3 * self.predicted_n / self.predicted_ms if self.predicted_ms > 0 else 0.0}
+                "predicted_per_token_ms": self.predicted_ms / steps if steps > 0 else 0.0,
+                "predicted_per_second": 1e3 / self.predicted_ms * steps if self.predicted_ms > 0 else 0.0}
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict:
