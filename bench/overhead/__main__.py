@@ -32,9 +32,11 @@ def free_port() -> int:
 
 
 def cpu_s(pid: int) -> float:
-    """User plus system CPU seconds of process `pid`."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User plus system CPU seconds of process `pid` and its children (the workers of
+    `--workers N`)."""
+    from bench.peers.procs import tree_cpu_s
+
+    return tree_cpu_s(pid)
 
 
 async def wait_ready(url: str, timeout_s: float = 30.0) -> None:
@@ -138,14 +140,17 @@ async def run(args: argparse.Namespace, quiet: list[float]) -> list[TargetResult
     """Measure every target; `quiet` receives the machine's busy share before each round."""
     backend_port, proxy_port, floor_port = free_port(), free_port(), free_port()
     backend_url = f"http://127.0.0.1:{backend_port}"
-    procs = [spawn(["-m", "bench.overhead.backend", "--port", str(backend_port)]),
-             spawn(["-m", "flotilla", "proxy", "--port", str(proxy_port), "--backend", backend_url,
-                    "--policy", "least-outstanding"])]
-    targets = [Target("direct", backend_url, None),
-               Target("flotilla proxy", f"http://127.0.0.1:{proxy_port}", procs[1].pid)]
+    procs = [spawn(["-m", "bench.overhead.backend", "--port", str(backend_port)])]
+    targets = [Target("direct", backend_url, None)]
     if not args.no_floor:
         procs.append(spawn(["-m", "bench.overhead.floor", "--port", str(floor_port), "--backend", backend_url]))
-        targets.insert(1, Target("plain aiohttp proxy (floor)", f"http://127.0.0.1:{floor_port}", procs[2].pid))
+        targets.append(Target("plain aiohttp proxy (floor)", f"http://127.0.0.1:{floor_port}", procs[-1].pid))
+    for workers in args.workers:
+        port = proxy_port if workers == args.workers[0] else free_port()
+        procs.append(spawn(["-m", "flotilla", "proxy", "--port", str(port), "--backend", backend_url,
+                            "--policy", "least-outstanding", "--workers", str(workers)]))
+        label = "flotilla proxy" + (f" --workers {workers}" if len(args.workers) > 1 else "")
+        targets.append(Target(label, f"http://127.0.0.1:{port}", procs[-1].pid))
     try:
         await wait_ready(backend_url + "/health")
         for t in targets[1:]:
@@ -176,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", type=Path, default=REPO / "docs" / "benchmarks.md",
                         help="markdown file whose overhead section is replaced")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1], metavar="N",
+                        help="measure flotilla proxy with each of these --workers counts (default 1)")
     parser.add_argument("--no-floor", action="store_true",
                         help="skip the plain aiohttp proxy that shows the floor of any aiohttp proxy")
     long_prompt.add_arguments(parser)

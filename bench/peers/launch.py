@@ -26,6 +26,8 @@ class RouterSpec:
     """flotilla, sglang, vllm-router, litellm, nginx or direct."""
     policy: str = ""
     """The router's own policy name; empty where it has none."""
+    workers: int = 1
+    """Flotilla's `--workers`: processes serving the one address."""
 
 
 @dataclass
@@ -94,7 +96,8 @@ def launch(spec: RouterSpec, backends: list[str], port: int, workdir: Path, mode
     url = f"http://127.0.0.1:{port}"
     if spec.kind == "flotilla":
         argv = [sys.executable, "-m", "flotilla", "proxy", "--port", str(port), "--policy", spec.policy,
-                "--log-level", "warning", *[a for b in backends for a in ("--backend", f"vllm={b}")]]
+                "--workers", str(spec.workers), "--log-level", "warning",
+                *[a for b in backends for a in ("--backend", f"vllm={b}")]]
         return Launch(argv, url, url + "/ready")
     if spec.kind == "sglang":
         argv = [venv_bin("sglang-router", "python"), "-m", "sglang_router.launch_router", "--host", "127.0.0.1",

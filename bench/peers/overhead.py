@@ -21,6 +21,7 @@ from bench.peers.procs import Proc, free_port, spawn, tree_cpu_s, wait_http
 TARGETS = (RouterSpec("direct", "direct"), RouterSpec("nginx", "nginx"),
            RouterSpec("aiohttp floor", "floor"),
            RouterSpec("flotilla round-robin", "flotilla", "round-robin"),
+           RouterSpec("flotilla round-robin --workers 2", "flotilla", "round-robin", workers=2),
            RouterSpec("sglang-router round_robin", "sglang", "round_robin"),
            RouterSpec("vllm-router round_robin", "vllm-router", "round_robin"),
            RouterSpec("litellm simple-shuffle", "litellm", "simple-shuffle"))
