@@ -34,6 +34,7 @@ from proxy.kv_events import KVEventsHub
 from proxy.metrics import RouterMetrics
 from proxy.paths import canonical_path_middleware
 from proxy.pool import Backend, BackendPool
+from proxy.pooling import POOLING_POLICY, ROUTE_FLAVORS, parse_pooling_request
 from proxy.reload import FleetWatcher
 from proxy.request_parse import check_content_type, load_json_object, parse_anthropic_request, parse_request
 from proxy.router import Router
@@ -57,6 +58,8 @@ class Proxy:
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
     session: aiohttp.ClientSession | None = None
     dispatcher: Dispatcher | None = None
+    pooling_dispatcher: Dispatcher | None = None
+    """Embeddings and rerank: their own load-aware policy (proxy/pooling.py)."""
     health: HealthChecker | None = None
     tasks: list[asyncio.Task] = field(default_factory=list)
     admission: Admission | None = None
@@ -74,6 +77,9 @@ class Proxy:
                                              skip_auto_headers=("User-Agent", "Accept-Encoding"))
         router = Router(self.pool, self.policy, self.config.policy, self.metrics)
         self.dispatcher = Dispatcher(self.config, self.pool, router, self.session, self.metrics, self.rng)
+        pooling_router = Router(self.pool, create_policy(POOLING_POLICY, rng=self.rng), POOLING_POLICY, self.metrics)
+        self.pooling_dispatcher = Dispatcher(self.config, self.pool, pooling_router, self.session, self.metrics,
+                                             self.rng)
         h = self.config.health
         self.health = HealthChecker(self.pool, self.session, self.metrics, h.interval_s, h.timeout_s)
         scraper = Scraper(self.pool, self.session, self.config.scrape_interval_s, self.config.scrape_timeout_s)
@@ -143,10 +149,30 @@ async def anthropic_count_tokens(request: web.Request) -> web.StreamResponse:
     return await _generate(request, chat=True, anthropic=True, generates=False)
 
 
+async def pooling(request: web.Request) -> web.StreamResponse:
+    """Embeddings and rerank: to a backend of a flavor that serves the route and the model, the
+    least work in flight first (proxy/pooling.py)."""
+    p = _proxy(request)
+    raw, body = await generation_body(request)
+    info = parse_pooling_request(body, request.path, request.headers, p.config.chars_per_token)
+    flavors = ROUTE_FLAVORS[request.path]
+    if flavors is not None and not any(b.spec.flavor in flavors for b in p.pool
+                                       if b.state is not BackendState.DRAINING):
+        raise ProxyError(404, f"No backend serves {request.path} (a route of {', '.join(sorted(flavors))} "
+                              "engines).", code="route_not_found")
+    if info.model is not None and p.pool.is_unknown_model(info.model):
+        raise ProxyError(404, f"The model `{info.model}` does not exist.", param="model", code="model_not_found")
+    fwd = Forward(method="POST", path_qs=upstream_target(request), body=raw, info=info,
+                  debug=request.headers.get("x-flotilla-debug") == "1", accounts_usage=True, flavors=flavors)
+    async with p.admission.slot(info.model):  # type: ignore[union-attr]  # both are set before the routes serve
+        return await p.pooling_dispatcher.handle(request, fwd)  # type: ignore[union-attr]
+
+
 FORWARDED_ROUTES = (web.post("/v1/completions", completions),
                     web.post("/v1/chat/completions", chat_completions),
                     web.post("/v1/messages", anthropic_messages),
-                    web.post("/v1/messages/count_tokens", anthropic_count_tokens))
+                    web.post("/v1/messages/count_tokens", anthropic_count_tokens),
+                    *(web.post(path, pooling) for path in ROUTE_FLAVORS))
 """The allow-list: the only routes forwarded to an engine. Any other path gets the proxy's own 404,
 a served path with another method its 405 with Allow (see proxy/paths.py, docs/reliability.md)."""
 

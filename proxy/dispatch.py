@@ -73,6 +73,8 @@ class Forward:
     """A completions or chat request: read usage from the response for prefill accounting."""
     strip_usage: bool = False
     """The proxy added stream_options.include_usage: drop the usage event before the client."""
+    flavors: frozenset[str] | None = None
+    """Only backends of these flavors serve the route (None: every backend)."""
 
 
 @dataclass
@@ -118,7 +120,7 @@ class Dispatcher:
         answer: RetryableAnswer | None = None
         retry_after_s: float | None = None
         for attempt in range(self.config.retry.max_attempts):
-            picked = self.router.pick(fwd.info, self.clock(), exclude=tried)
+            picked = self.router.pick(fwd.info, self.clock(), exclude=[*tried, *self._not_serving(fwd)])
             if picked is None:
                 break
             if attempt:
@@ -150,6 +152,10 @@ class Dispatcher:
             return await self._relay(request, fwd, upstream, backend, decision, reservation, request_id, start,
                                      deadline)
         return self._give_up(fwd, tried, failure, answer, request_id, start)
+
+    def _not_serving(self, fwd: Forward) -> list[Backend]:
+        """Backends whose flavor does not serve the route."""
+        return [] if fwd.flavors is None else [b for b in self.pool if b.spec.flavor not in fwd.flavors]
 
     async def _keep_answer(self, upstream: aiohttp.ClientResponse, backend: Backend,
                            reservation: Reservation) -> RetryableAnswer:

@@ -97,7 +97,7 @@ async def test_engine_private_routes_are_the_proxys_404_and_its_metrics_are_its_
         vllm_engines, proxy_for: ProxyFactory) -> None:
     p = await proxy_for([spec for spec, _ in vllm_engines])
     for target in ["/v1/../version", "/v1/../metrics", "/version", "/v1/load_lora_adapter",
-                   "/v1/unload_lora_adapter", "/tokenize", "/v1/embeddings", "/ping", "/load", "/v1/models/x"]:
+                   "/v1/unload_lora_adapter", "/tokenize", "/pooling", "/score", "/ping", "/load", "/v1/models/x"]:
         for method in ("GET", "POST"):
             status, headers, payload = await raw_request(p.url, method, target, b"{}")
             assert status in (404, 405) and headers["x-flotilla-backend"] == "", (method, target)
