@@ -203,3 +203,18 @@ def test_host_prompt_cache_keeps_a_prompt_per_lora_configuration():
     _run(sched)
     sched.add_request(_req("a-plain", prompt))
     assert sched.requests["a-plain"].num_cached_tokens == 0  # computed under another adapter
+
+
+def test_a_prompt_only_request_computes_its_prompt_without_cache_reuse_and_draws_no_token():
+    sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=4096, n_parallel=1, n_batch=32))
+    sched.add_request(_req("gen", list(range(64))))
+    _run(sched)
+    sched.add_request(EngineRequest("embed", list(range(64)), max_tokens=0, output_len=0))
+    steps, outputs = _run(sched)
+    # an embedding task is stateless: all 64 prompt tokens computed again, in n_batch chunks
+    assert [s.num_scheduled_tokens["embed"] for s in steps] == [32, 32]
+    assert [(o.new_token_ids, o.finished, o.finish_reason, o.is_first_token) for o in outputs] == \
+        [((), True, FinishReason.STOP, True)]
+    stats = sched.stats()
+    assert (stats.prompt_tokens_total, stats.prompt_tokens_cached_total) == (128, 0)
+    assert stats.generation_tokens_total == 4  # the generation request's tokens only
