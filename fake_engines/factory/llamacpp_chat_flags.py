@@ -30,7 +30,8 @@ def add_chat_flags(p: argparse.ArgumentParser) -> None:
                    help="use llama.cpp's built-in formats, recognised by name or by the template's markers")
     g.add_argument("-rea", "--reasoning", default="auto", metavar="[on|off|auto]",
                    help="thinking: on, off, or auto (the template decides)")
-    g.add_argument("--reasoning-format", default="auto", choices=REASONING_FORMATS, help="how thoughts are returned")
+    g.add_argument("--reasoning-format", default="auto", metavar="FORMAT",
+                   help=f"how thoughts are returned: {', '.join(REASONING_FORMATS)}")
     g.add_argument("--reasoning-budget", type=int, default=-1, metavar="N",
                    help="token budget for thinking: -1 unrestricted, 0 immediate end")
     g.add_argument("--chat-template-kwargs", default=None, metavar="STRING",
@@ -54,7 +55,7 @@ def chat_settings(args: argparse.Namespace) -> dict[str, Any]:
         except OSError as exc:
             raise _error(f"--chat-template-file: cannot read {args.chat_template_file}: {exc.strerror}") from None
     return {"chat_template": template, "jinja": args.jinja, "reasoning": _reasoning(args.reasoning),
-            "reasoning_format": args.reasoning_format, "reasoning_budget": _budget(args.reasoning_budget),
+            "reasoning_format": _reasoning_format(args.reasoning_format), "reasoning_budget": _budget(args.reasoning_budget),
             "chat_template_kwargs": _kwargs(args.chat_template_kwargs), "prefill_assistant": args.prefill_assistant,
             "verbose": args.verbose}
 
@@ -68,6 +69,13 @@ def _reasoning(value: str) -> str:
     if value in ("auto", "-1"):
         return "auto"
     raise _error(f"--reasoning: unknown value '{value}' (on, off or auto)")
+
+
+def _reasoning_format(value: str) -> str:
+    """common_reasoning_format_from_name: the value is checked when the flag is read, not by the parser."""
+    if value not in REASONING_FORMATS:
+        raise _error(f"--reasoning-format: Unknown reasoning format: {value}")
+    return value
 
 
 def _budget(value: int) -> int:
