@@ -8,15 +8,20 @@ import asyncio
 import json
 import random
 import socket
+import subprocess
+import sys
 
 import aiohttp
 import pytest
+import yaml
 
 from flotilla.fleet import EngineGroup, Fleet
 from flotilla.testing.live import LiveFleet
 from policies.routing.kv_index import KVIndex
 from proxy.app import start_proxy
 from proxy.config import BackendSpec, ProxyConfig
+from proxy.workers import WORKER_HEADER
+from tests.processes import kill_if_running, terminate
 from tests.waiting import wait_until
 
 BLOCKS = 48
@@ -132,3 +137,51 @@ async def test_two_proxies_fed_by_the_same_events_make_the_same_decision(fleet):
             assert [await complete(session, second.url, p) for p in prompts] == expected
     finally:
         await second.close()
+
+
+async def test_two_proxy_processes_fed_by_the_same_events_make_the_same_decision(fleet, tmp_path):
+    # The in-process proxy above and a `flotilla proxy --workers 2` subprocess: three processes,
+    # each subscribed to the engines' events itself, each hashing prompts with its own interpreter.
+    first = fleet.proxy
+    backends = [{"url": u, "flavor": "vllm", "models": ["llama-3.1-8b"],
+                 "kv_events": {"endpoint": g.kv_events().endpoint, "replay_endpoint": g.kv_events().replay_endpoint,
+                               "topic": g.kv_events().topic}}
+                for u, g in zip(fleet.engine_urls, fleet.fleet.started(), strict=True)]
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump({"policy": "precise-prefix", "backends": backends}))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "flotilla", "proxy", "--port", "0", "--workers", "2",
+        "--config", str(tmp_path / "fleet.yaml"), stdout=subprocess.PIPE)
+    try:
+        second = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().split()[4]
+        async with aiohttp.ClientSession() as session:
+            a, b = fleet.engine_urls
+            prompts = [text(seed, 6) for seed in range(5)]
+            for prompt, engine in zip(prompts, (a, b, b, a), strict=False):  # cached behind the proxies' backs
+                await complete(session, engine, prompt)
+            chosen = await complete(session, first.url, prompts[4])  # routed by the first proxy only
+            index = first.proxy.kv_index
+            await wait_until(lambda: index_matches_engines(session, index, fleet.engine_urls),
+                             what="the in-process index equal to the engines' caches")
+            in_sync: set[str] = set()
+
+            async def both_workers_in_sync() -> bool:  # each worker's index holds what this one does
+                async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as fresh:
+                    async with fresh.get(second + "/metrics") as resp:
+                        blocks = {line.split('"')[1]: float(line.rsplit(" ", 1)[1])
+                                  for line in (await resp.text()).splitlines()
+                                  if line.startswith("flotilla_kv_index_blocks{")}
+                        if blocks == {u: float(index.size(u)) for u in fleet.engine_urls}:
+                            in_sync.add(resp.headers[WORKER_HEADER])
+                return len(in_sync) == 2
+
+            await wait_until(both_workers_in_sync, what="both workers' indexes as full as the in-process one")
+            expected = [a, b, b, a, chosen]
+            assert [await complete(session, first.url, p) for p in prompts] == expected
+            answered = []
+            for p in prompts:  # new connections: either worker may answer each
+                async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as fresh:
+                    answered.append(await complete(fresh, second, p))
+            assert answered == expected
+        assert await terminate(proc, 60) == 0
+    finally:
+        await kill_if_running(proc)
