@@ -11,9 +11,25 @@ import argparse
 from typing import Any
 
 
+class _Agent(argparse.Action):
+    """-ag/--agent: every built-in tool and the CORS proxy; -no-ag/--no-agent: neither (what comes
+    later on the command line wins, as llama.cpp applies its options in order)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        on = not (option_string or "").lstrip("-").startswith("no")
+        namespace.tools = "all" if on else None
+        namespace.ui_mcp_proxy = on
+
+
 def add_tools_flags(p: argparse.ArgumentParser) -> None:
     """The flags, spelled as llama-server spells them."""
     g = p.add_argument_group("agent tools (they act on this host: local use only)")
+    g.add_argument("-ag", "--agent", "-no-ag", "--no-agent", action=_Agent,
+                   help="enable (disable) every built-in tool and the CORS proxy (--tools all --ui-mcp-proxy)")
     g.add_argument("--tools", default=None, metavar="TOOL1,TOOL2,...",
                    help="serve these built-in tools at /tools ('all' for every one): read_file, file_glob_search, "
                         "grep_search, exec_shell_command, write_file, edit_file, get_info (default: none, /tools 403)")

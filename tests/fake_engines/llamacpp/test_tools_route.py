@@ -10,6 +10,8 @@ import os
 import aiohttp
 import pytest
 
+from fake_engines.factory.llamacpp_config import config_from_args
+from fake_engines.llamacpp.cli import build_parser
 from fake_engines.llamacpp.config import LlamaServerConfig, ServerConfigError
 from fake_engines.llamacpp.server import start_llama
 from fake_engines.llamacpp.tools_route import build_endpoint
@@ -157,3 +159,12 @@ async def test_shell_command_streams_runs_in_the_cwd_and_runtimes_never_fall_bac
         "unknown tool runtime: fake:does-not-exist", "invalid ssh target: -oProxyCommand=touch /tmp/pwned",
         "invalid container id: --privileged"]
     assert not os.path.exists("/tmp/pwned")
+
+
+@pytest.mark.parametrize(("flags", "tools", "proxy"), [
+    (["--tools", "read_file,grep_search"], ("read_file", "grep_search"), False),
+    (["-ag"], ("all",), True), (["--agent", "--tools", "get_info"], ("get_info",), True),
+    (["--agent", "-no-ag"], (), False), ([], (), False)])
+def test_tools_and_agent_flags_read_as_llama_server_applies_them_in_order(flags, tools, proxy):
+    config = config_from_args(build_parser().parse_args(["-m", "llama-3.1-8b-Q4_K_M.gguf", *flags]))
+    assert (config.server_tools, config.ui_mcp_proxy) == (tools, proxy)
