@@ -29,6 +29,7 @@ Route OpenAI-style requests over a fleet of vLLM, llama-server or other OpenAI-c
   flotilla proxy --backend vllm=http://127.0.0.1:8001 --backend llamacpp=http://127.0.0.1:8002
   flotilla proxy --config fleet.yaml --policy prefix-aware --port 8000
   flotilla proxy --discover vllm=k8s:vllm          # every pod of a Kubernetes Service
+  flotilla proxy --workers auto --backend ...      # one process per core on the one port
 
 Serves /v1/completions, /v1/chat/completions (forwarded), /v1/models (the union over backends),
 /health, /ready, /metrics (flotilla_*), and with --admin-token
