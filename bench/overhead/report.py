@@ -54,13 +54,14 @@ def section(results: list[TargetResult], rate: float, duration_s: float, concurr
 
 `{command}` measures, in one run, the same zero-latency backend (`bench/overhead/backend.py`: a
 pre-encoded JSON answer, or 16 SSE chunks and `[DONE]`) directly and through `flotilla proxy`
-(one process, uvloop, policy `least-outstanding`), and through the plain aiohttp proxy of
+(uvloop, policy `least-outstanding`; one process, or `--workers N` processes where the row
+says so), and through the plain aiohttp proxy of
 `bench/overhead/floor.py` when it is listed: the floor any aiohttp + uvloop proxy pays, so what
 `flotilla proxy` adds beyond it is routing, accounting and metrics. Fixed-rate phases are open loop: request *i* is
 sent at t0 + i/rate and its latency counts from that time, so falling behind shows. The
 maximum rate is {concurrency} closed-loop connections for {duration_s:g} s. Proxy CPU is user plus system
-time from `/proc/PID/stat` over each phase, divided by the requests served. Each phase runs on
-both targets back to back, {rounds} rounds in all; every figure is the median over rounds.
+time of the proxy's whole process tree from `/proc` over each phase, divided by the requests
+served. Each phase runs on every target back to back, {rounds} rounds in all; every figure is the median over rounds.
 
 Machine: {machine}. The load generator, the backend and the proxy share its cores, so max req/s
 measures CPU cost as much as anything; CPU per request is the steadier figure.
