@@ -73,6 +73,15 @@ class EngineRequest:
     sampling: Sampling | None = None
     """How its tokens are drawn (llama.cpp look-alike: seed and prompt, grammar, logit bias);
     None: from the engine seed and the request id."""
+    kv_transfer_hold: bool = False
+    """vLLM P/D, prefill side (kv_transfer_params do_remote_decode): once finished, its KV blocks
+    stay allocated for a decode engine to pull, until `release_transfer_hold`."""
+    remote_prefill: bool = False
+    """vLLM P/D, decode side (do_remote_prefill): the prompt's KV beyond the local prefix-cache hit
+    is loaded from a prefill engine, so only the last prompt token is computed here."""
+    waiting_for_remote_kvs: bool = False
+    """vLLM's WAITING_FOR_REMOTE_KVS: queued but not schedulable until the driver reports the
+    pull done (`finish_remote_kv_load`)."""
 
     status: RequestStatus = RequestStatus.WAITING
     """Lifecycle state; see RequestStatus."""
@@ -84,6 +93,8 @@ class EngineRequest:
     """Generated token ids so far."""
     num_preemptions: int = 0
     """Times this request was preempted (vLLM recompute)."""
+    num_external_tokens: int = 0
+    """Prompt tokens whose KV was loaded from a prefill engine (vLLM P/D), set at admission."""
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -68,6 +68,8 @@ class VllmScheduler:
         self.waiting: deque[EngineRequest] = deque()
         self.running: list[EngineRequest] = []
         self.requests: dict[str, EngineRequest] = {}
+        self.held_for_transfer: dict[str, EngineRequest] = {}
+        """P/D prefill side: finished requests whose blocks wait for a decode engine's pull."""
         self._streams: dict[str, random.Random] = {}
         self._in_flight: dict[int, ScheduledStep] = {}
         self._in_flight_ids: set[str] = set()
@@ -282,7 +284,8 @@ class VllmScheduler:
         skipped: list[EngineRequest] = []
         while self.waiting and builder.token_budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting[0]
-            if self._lora_blocked(request, loras) or (self._stale and self._stale.get(request.request_id)):
+            if (self._lora_blocked(request, loras) or (self._stale and self._stale.get(request.request_id))
+                    or request.waiting_for_remote_kvs):  # vLLM skips a request whose KV is still in transit
                 # vLLM: nor may a preempted request resume before its stale output arrives
                 skipped.append(self.waiting.popleft())
                 continue
@@ -296,23 +299,69 @@ class VllmScheduler:
     def _admit(self, request: EngineRequest, builder: StepBuilder) -> bool:
         """Look up the prefix cache, allocate, and move the queue head to running; False if KV is full."""
         hits, num_hit_tokens = self.kv_cache_manager.get_computed_blocks(request)
-        num_new = self._num_new_tokens(request, num_hit_tokens, builder.token_budget)
+        loaded = self._num_loaded_tokens(request, num_hit_tokens)
+        num_new = self._num_new_tokens(request, num_hit_tokens + loaded, builder.token_budget)
         full = min(request.num_tokens, self.max_model_len) if self.config.scheduler_reserve_full_isl else 0
-        if self.kv_cache_manager.allocate_slots(request, num_new, hits, full) is None:
+        if self.kv_cache_manager.allocate_slots(request, loaded + num_new, hits, full) is None:
             return False
+        request.num_external_tokens = loaded
         self.kv_cache_manager.record_prefix_cache_stats(request, num_hit_tokens)
         self.waiting.popleft()
         if request.status is RequestStatus.PREEMPTED:
             builder.resumed_request_ids.append(request.request_id)
         else:
             builder.new_request_ids.append(request.request_id)
-        if request.num_cached_tokens is None:
-            request.num_cached_tokens = num_hit_tokens
-        request.num_computed_tokens = num_hit_tokens
+        if request.num_cached_tokens is None:  # vLLM counts loaded tokens as cached too
+            request.num_cached_tokens = num_hit_tokens + loaded
+        request.num_computed_tokens = num_hit_tokens + loaded
         request.status = RequestStatus.RUNNING
         self.running.append(request)
         builder.add(request, num_new)
         return True
+
+    @staticmethod
+    def _num_loaded_tokens(request: EngineRequest, num_hit_tokens: int) -> int:
+        """Decode side of P/D, first admission: the prompt's tokens past the local hit came from
+        the prefill engine, all but the last, which vLLM recomputes to sample the next token
+        (`_update_waiting_for_remote_kv`). A preempted request recomputes like any other."""
+        if not request.remote_prefill or request.num_preemptions or request.num_cached_tokens is not None:
+            return 0
+        return max(0, request.num_prompt_tokens - 1 - num_hit_tokens)
+
+    def num_local_hit_tokens(self, request: EngineRequest) -> int:
+        """Prompt tokens the prefix cache holds for `request` now (what a decode engine need not pull)."""
+        return self.kv_cache_manager.get_computed_blocks(request)[1]
+
+    def finish_remote_kv_load(self, request_id: str) -> bool:
+        """The pull of a request's KV ended: it may be scheduled (False when it is gone)."""
+        request = self.requests.get(request_id)
+        if request is None:
+            return False
+        request.waiting_for_remote_kvs = False
+        return True
+
+    def transfer_block_ids(self, request_id: str) -> list[int]:
+        """Block ids a finished prefill request holds for a pull (empty when none)."""
+        if request_id not in self.held_for_transfer:
+            return []
+        return self.kv_cache_manager.get_block_ids(request_id)
+
+    def release_transfer_hold(self, request_id: str) -> bool:
+        """Free the blocks a finished prefill request held (pulled, or its lease ran out); False
+        when it holds none."""
+        request = self.held_for_transfer.pop(request_id, None)
+        if request is None:
+            return False
+        self.kv_cache_manager.free(request)
+        return True
+
+    def _free_finished(self, request: EngineRequest) -> None:
+        """A finished request's blocks go back to the pool, unless a decode engine will pull them."""
+        if request.kv_transfer_hold and request.status in (RequestStatus.FINISHED_LENGTH,
+                                                           RequestStatus.FINISHED_STOPPED):
+            self.held_for_transfer[request.request_id] = request
+        else:
+            self.kv_cache_manager.free(request)
 
     def _check_invariants(self, builder: StepBuilder) -> None:
         assert len(self.running) <= self.config.max_num_seqs
@@ -399,7 +448,7 @@ class VllmScheduler:
 
     def _finish(self, request: EngineRequest) -> None:
         self.running.remove(request)
-        self.kv_cache_manager.free(request)
+        self._free_finished(request)
         del self.requests[request.request_id]
         del self._streams[request.request_id]
         self._forget_async(request.request_id)
@@ -415,7 +464,7 @@ class VllmScheduler:
             self._totals["prompt"] += request.num_prompt_tokens
         if output.finished:
             self.running.remove(request)
-            self.kv_cache_manager.free(request)
+            self._free_finished(request)
             del self.requests[request.request_id]
             del self._streams[request.request_id]
         return output

@@ -182,6 +182,25 @@ class LiveDriver:
         self._wakeup.set()
         return handle
 
+    def finish_remote_kv_load_after(self, request_id: str, after_s: float,
+                                    done: Callable[[], None] | None = None) -> None:
+        """vLLM P/D, decode side: the request's KV pull ends `after_s` engine seconds from now
+        (the modelled transfer); then it may be scheduled, and `done` runs (the pull's
+        notification to the prefill engine)."""
+        def finished() -> None:
+            handle = self.handles.get(request_id)
+            if handle is None or handle.aborted:
+                return
+            self.core.finish_remote_kv_load(request_id)  # type: ignore[attr-defined]  # vLLM cores only
+            if not self._inflight and self._idle_wake_s is None:
+                self._idle_wake_s = self.now_s()
+            self._core_has_work = True
+            self._wakeup.set()
+            if done is not None:
+                done()
+
+        asyncio.get_running_loop().call_later(max(0.0, after_s) * self.time_scale, finished)
+
     def abort(self, request_id: str) -> None:
         """Abort a request now (client gone): the core frees its KV blocks or slot at once."""
         handle = self.handles.pop(request_id, None)

@@ -137,6 +137,9 @@ def _flag_words(flag: str, name: str, value: Any) -> list[str]:
         return [w for path in value for w in (flag, str(path))]
     if name == "kv_events_config":
         return [flag, vllm_config.kv_events_config_of(value).to_json() if isinstance(value, dict) else value.to_json()]
+    if name == "kv_transfer_config":
+        config = vllm_config.kv_transfer_config_of(value) if isinstance(value, dict) else value
+        return [flag, config.to_json()]
     return [flag, f"{value:g}" if isinstance(value, float) else str(value)]
 
 

@@ -124,6 +124,114 @@ def _kv_events_arg(text: str) -> KVEventsConfig:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--kv-events-config: ")) from None
 
 
+KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
+"""vLLM 0.32's KVRole (vllm/config/kv_transfer.py)."""
+KV_CONNECTORS = ("NixlConnector",)
+"""Connectors the look-alike models; vLLM's others are refused by name."""
+KV_LOAD_FAILURE_POLICIES = ("recompute", "fail")
+DEFAULT_KV_LEASE_S = 30
+"""NixlConnector's `kv_lease_duration` default (kv_connector_extra_config): seconds a prefill
+engine holds a finished request's blocks for a decode engine to pull (vLLM 0.32's
+base_scheduler.py; earlier releases had VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 480 s)."""
+
+
+@dataclass(frozen=True)
+class KVTransferConfig:
+    """vLLM 0.32's `KVTransferConfig` (vllm/config/kv_transfer.py): `--kv-transfer-config` JSON."""
+
+    kv_connector: str | None = None
+    """The connector: NixlConnector (the one the look-alike models)."""
+    engine_id: str | None = None
+    """This engine's id in transfers (`remote_engine_id`); None: a new uuid4, as vLLM."""
+    kv_buffer_device: str = "cuda"
+    """Where the connector buffers KV: cuda, cpu or xpu (no effect on the look-alike)."""
+    kv_role: str | None = None
+    """kv_producer, kv_consumer or kv_both; required with a connector. The NixlConnector plays
+    each request's part from its kv_transfer_params whatever the role."""
+    kv_port: int = 14579
+    """The connector's port (NIXL's side channel is VLLM_NIXL_SIDE_CHANNEL_PORT instead)."""
+    kv_connector_extra_config: dict[str, Any] = field(default_factory=dict)
+    """Connector options; the look-alike reads kv_lease_duration (seconds, default 30)."""
+    kv_connector_module_path: str | None = None
+    """A connector module to load (refused: the look-alike models NixlConnector only)."""
+    enable_permute_local_kv: bool = False
+    """vLLM's HND-to-NHD experiment flag (no effect)."""
+    kv_load_failure_policy: str = "fail"
+    """A pull that fails: fail the request (vLLM's default) or recompute the prompt locally."""
+
+    def __post_init__(self) -> None:
+        if self.engine_id is None:
+            import uuid
+
+            object.__setattr__(self, "engine_id", str(uuid.uuid4()))
+        if self.kv_role is not None and self.kv_role not in KV_ROLES:
+            raise ServeConfigError(f"--kv-transfer-config: Unsupported kv_role: {self.kv_role}. "
+                                   f"Supported roles are {KV_ROLES}")
+        if self.kv_connector is not None and self.kv_role is None:
+            raise ServeConfigError("--kv-transfer-config: Please specify kv_role when kv_connector is set, "
+                                   f"supported roles are {KV_ROLES}")
+        if self.kv_connector is not None and self.kv_connector not in KV_CONNECTORS:
+            raise ServeConfigError(f"--kv-transfer-config: kv_connector {self.kv_connector!r} is not modelled "
+                                   f"by the look-alike; it models {', '.join(KV_CONNECTORS)}")
+        if self.kv_connector_module_path is not None:
+            raise ServeConfigError("--kv-transfer-config: kv_connector_module_path is not supported by the look-alike")
+        if self.kv_load_failure_policy not in KV_LOAD_FAILURE_POLICIES:
+            raise ServeConfigError(f"--kv-transfer-config: kv_load_failure_policy must be one of "
+                                   f"{', '.join(KV_LOAD_FAILURE_POLICIES)}, got {self.kv_load_failure_policy!r}")
+        lease = self.kv_connector_extra_config.get("kv_lease_duration", DEFAULT_KV_LEASE_S)
+        if isinstance(lease, bool) or not isinstance(lease, (int, float)) or lease <= 0:
+            raise ServeConfigError(f"--kv-transfer-config: kv_connector_extra_config.kv_lease_duration must be "
+                                   f"a positive number of seconds, got {lease!r}")
+
+    @property
+    def is_kv_transfer_instance(self) -> bool:
+        """A connector and a role: this engine takes part in P/D transfers."""
+        return self.kv_connector is not None and self.kv_role in KV_ROLES
+
+    @property
+    def kv_lease_s(self) -> float:
+        """Seconds a prefill engine holds blocks for a pull before freeing them."""
+        return float(self.kv_connector_extra_config.get("kv_lease_duration", DEFAULT_KV_LEASE_S))
+
+    def to_json(self) -> str:
+        """The `--kv-transfer-config` value that gives this config."""
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
+
+
+_KV_TRANSFER_TYPES: dict[str, tuple[type, ...]] = {
+    "kv_connector": (str, type(None)), "engine_id": (str, type(None)), "kv_buffer_device": (str,),
+    "kv_role": (str, type(None)), "kv_port": (int,), "kv_connector_extra_config": (dict,),
+    "kv_connector_module_path": (str, type(None)), "enable_permute_local_kv": (bool,),
+    "kv_load_failure_policy": (str,)}
+
+
+def kv_transfer_config_of(value: str | dict[str, Any]) -> KVTransferConfig:
+    """`--kv-transfer-config` JSON (or its decoded object) to a KVTransferConfig; ServeConfigError
+    names the field that is unknown or of the wrong type, as vLLM's pydantic check refuses it."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ServeConfigError(f"--kv-transfer-config: not JSON ({exc.msg} at position {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise ServeConfigError("--kv-transfer-config: expected a JSON object")
+    for name, item in value.items():
+        if name not in _KV_TRANSFER_TYPES:
+            raise ServeConfigError(f"--kv-transfer-config: unknown field {name!r}; known: {', '.join(_KV_TRANSFER_TYPES)}")
+        kinds = _KV_TRANSFER_TYPES[name]
+        if not isinstance(item, kinds) or (isinstance(item, bool) and bool not in kinds):
+            raise ServeConfigError(f"--kv-transfer-config: {name} must be "
+                                   f"{' or '.join(k.__name__ for k in kinds)}, got {item!r}")
+    return KVTransferConfig(**value)
+
+
+def _kv_transfer_arg(text: str) -> KVTransferConfig:
+    try:
+        return kv_transfer_config_of(text)
+    except ServeConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--kv-transfer-config: ")) from None
+
+
 @dataclass
 class VllmServeConfig:
     """Everything `fake-vllm serve` is started with."""
@@ -182,6 +290,10 @@ class VllmServeConfig:
     """Report usage.prompt_tokens_details.cached_tokens."""
     kv_events_config: KVEventsConfig | None = None
     """--kv-events-config: publish KV cache events as vLLM does; None: no events."""
+    kv_transfer_config: KVTransferConfig | None = None
+    """--kv-transfer-config: take part in disaggregated prefill/decode (docs/pd.md); None: no connector."""
+    kv_link: str = "ib400"
+    """--kv-link: catalogue link a pulled KV cache crosses (fake_engines.perf.kv_transfer.KV_LINKS)."""
     gpu: str = "h100"
     """Catalogue GPU the look-alike pretends to run on."""
     link: str = "nvlink"
@@ -246,6 +358,8 @@ class VllmServeConfig:
             raise ServeConfigError("--lora-modules needs --enable-lora")
         if isinstance(self.kv_events_config, dict):  # given in Python (a fleet's engine options)
             self.kv_events_config = kv_events_config_of(self.kv_events_config)
+        if isinstance(self.kv_transfer_config, dict):  # given in Python (a fleet's engine options)
+            self.kv_transfer_config = kv_transfer_config_of(self.kv_transfer_config)
         if self.kv_events_config is not None and self.kv_events_config.publishes:
             for rank in range(1, self.data_parallel_size):  # each rank's endpoints must exist
                 offset_endpoint_port(self.kv_events_config.endpoint, rank)
@@ -361,6 +475,9 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser,
     serve.add_argument("--kv-events-config", type=_kv_events_arg, default=None, metavar="JSON",
                        help='vLLM\'s KVEventsConfig, e.g. {"enable_kv_cache_events": true, "publisher": "zmq", '
                             '"endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558", "topic": "kv-events"}')
+    serve.add_argument("--kv-transfer-config", type=_kv_transfer_arg, default=None, metavar="JSON",
+                       help='vLLM\'s KVTransferConfig for disaggregated prefill/decode, e.g. '
+                            '{"kv_connector": "NixlConnector", "kv_role": "kv_both"} (docs/pd.md)')
     from fake_engines.driver.faults import add_fault_arguments
 
     add_fault_arguments(serve)
@@ -383,6 +500,9 @@ def _add_look_alike_arguments(serve: argparse.ArgumentParser) -> None:
     look.add_argument("--gpu", default="h100", help="catalogue GPU name")
     look.add_argument("--link", default="nvlink", help="catalogue link between the engine's GPUs")
     look.add_argument("--catalogue", action="append", default=[], metavar="FILE", help="extra catalogue YAML")
+    look.add_argument("--kv-link", default="ib400",
+                      help="catalogue link a KV cache pulled from a prefill engine crosses (nvlink, ib400, "
+                           "roce400, pcie5, pcie4, eth100; default ib400)")
     look.add_argument("--dtype", default="bfloat16")
     look.add_argument("--time-scale", type=float, default=1.0, help="0.01 runs 100x faster than modelled")
     look.add_argument("--seed", type=int, default=0)
@@ -425,7 +545,7 @@ def config_from_args(args: argparse.Namespace) -> VllmServeConfig:
         lora_modules=parse_lora_modules(args.lora_modules),
         enable_prompt_tokens_details=args.enable_prompt_tokens_details, kv_events_config=args.kv_events_config,
         kv_cache_dtype=args.kv_cache_dtype, enforce_eager=args.enforce_eager, cpu_offload_gb=args.cpu_offload_gb,
-        gpu=args.gpu, link=args.link,
+        kv_transfer_config=args.kv_transfer_config, kv_link=args.kv_link, gpu=args.gpu, link=args.link,
         catalogue=tuple(args.catalogue), dtype=args.dtype, time_scale=args.time_scale, seed=args.seed,
         load_gbps=args.load_gbps, startup_s=args.startup_seconds, warmup_s=args.warmup_seconds,
         mean_output_tokens=args.mean_output_tokens)

@@ -162,8 +162,9 @@ def create_app(config: VllmServeConfig, allow_runtime_lora: bool | None = None) 
     if allow_runtime_lora:
         app.router.add_post("/v1/load_lora_adapter", load_lora_adapter)
         app.router.add_post("/v1/unload_lora_adapter", unload_lora_adapter)
-    from fake_engines.vllm import dev_routes
+    from fake_engines.vllm import dev_routes, nixl
 
+    nixl.install(app, server)  # --kv-transfer-config: disaggregated prefill/decode (docs/pd.md)
     if dev_routes.dev_mode():
         dev_routes.add_dev_routes(app)
     app.on_startup.append(_start_driver)

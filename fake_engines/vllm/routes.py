@@ -19,7 +19,7 @@ from fake_engines.driver import logprobs as made_up
 from fake_engines.driver.chat import chat_prompt
 from fake_engines.driver.serving import json_body, write_sse
 from fake_engines.vllm import choices as choices_mod
-from fake_engines.vllm import errors, shapes
+from fake_engines.vllm import errors, nixl, shapes
 from fake_engines.vllm import logprobs as vllm_logprobs
 from fake_engines.vllm.app import SERVER_KEY, VllmServer
 from fake_engines.vllm.choices import Choice
@@ -66,6 +66,8 @@ class GenerationRequest:
     """temperature > 0 (vLLM's default 1.0): the drawn token need not be the most likely."""
     prompt_logprobs: int | None = None
     """Likeliest tokens to report per prompt token (`prompt_logprobs`); None: none."""
+    kv_transfer_params: dict | None = None
+    """Disaggregated prefill/decode parameters (fake_engines/vllm/nixl.py); None: colocated."""
 
 
 def _logprobs_param(body: dict, chat: bool) -> int | None:
@@ -154,7 +156,16 @@ def parse_generation(server: VllmServer, body: dict, chat: bool) -> GenerationRe
                              and _option(options, "continuous_usage_stats"),
                              ignore_eos=bool(body.get("ignore_eos")), stop=_stop_strings(body),
                              logprobs=logprobs, echo=not chat and errors.lax_bool(body, "echo"), seed=seed,
-                             sampled=temperature is None or temperature > 0, prompt_logprobs=prompt_logprobs)
+                             sampled=temperature is None or temperature > 0, prompt_logprobs=prompt_logprobs,
+                             kv_transfer_params=_kv_transfer_params(body))
+
+
+def _kv_transfer_params(body: dict) -> dict | None:
+    params = body.get("kv_transfer_params")
+    if params is not None and not isinstance(params, dict):
+        raise errors.validation_error("dict_type", "body.kv_transfer_params", "Input should be a valid dictionary",
+                                      params)
+    return params
 
 
 def _stop_strings(body: dict) -> list[str]:
@@ -179,10 +190,13 @@ def _budget(server: VllmServer, req: GenerationRequest, prompt: list[int]) -> in
     return room if req.chat else min(COMPLETIONS_DEFAULT_MAX_TOKENS, room)
 
 
-def _submit_one(server: VllmServer, req: GenerationRequest, prompt: list[int], first_sample: bool) -> Choice:
+def _submit_one(server: VllmServer, req: GenerationRequest, prompt: list[int], first_sample: bool,
+                role: str | None = None) -> Choice:
     budget = _budget(server, req, prompt)
     engine_request = EngineRequest(request_id=server.request_id(), prompt_token_ids=prompt, max_tokens=budget,
-                                   output_len=server.sampler.sample(budget, req.ignore_eos), lora=req.lora)
+                                   output_len=server.sampler.sample(budget, req.ignore_eos), lora=req.lora,
+                                   kv_transfer_hold=role == "prefill", remote_prefill=role == "decode",
+                                   waiting_for_remote_kvs=role == "decode")
     unit = server.pick_engine()
     try:
         handle = unit.driver.submit(engine_request)
@@ -194,13 +208,26 @@ def _submit_one(server: VllmServer, req: GenerationRequest, prompt: list[int], f
     return Choice(-1, unit, handle)
 
 
-def submit(server: VllmServer, req: GenerationRequest) -> list[Choice]:
+def pd_role(connector: nixl.NixlConnector | None, req: GenerationRequest) -> str | None:
+    """The part this request plays in disaggregated serving: "prefill" (do_remote_decode, not
+    streamed), "decode" (do_remote_prefill with the remote fields) or None. Without a connector
+    vLLM ignores the params; the look-alike also plays no part for n > 1 or several prompts."""
+    if connector is None or req.n != 1 or len(req.prompts) != 1:
+        return None
+    if nixl.wants_remote_decode(req.kv_transfer_params) and not req.stream:
+        return "prefill"
+    if nixl.wants_remote_prefill(req.kv_transfer_params):
+        return "decode"
+    return None
+
+
+def submit(server: VllmServer, req: GenerationRequest, role: str | None = None) -> list[Choice]:
     """One engine request per choice, each on the least loaded engine at its turn."""
     choices: list[Choice] = []
     try:
         for p, prompt in enumerate(req.prompts):
             for sample in range(req.n):
-                choice = _submit_one(server, req, prompt, sample == 0)
+                choice = _submit_one(server, req, prompt, sample == 0, role)
                 choice.index = p * req.n + sample
                 choices.append(choice)
     except errors.VllmError:
@@ -221,12 +248,20 @@ async def _handle(request: web.Request, chat: bool) -> web.StreamResponse:
     if not server.accepting:
         raise errors.VllmError(503, "The server is shutting down.", "ServiceUnavailableError")
     req = parse_generation(server, errors.parse_json_body(await request.read()), chat)
-    choices = submit(server, req)
+    connector = request.app.get(nixl.NIXL_KEY)
+    role = pd_role(connector, req)
+    choices = submit(server, req, role)
     try:
+        if role == "decode":
+            await connector.pull(choices[0].unit, choices[0].handle.request, req.kv_transfer_params)  # type: ignore[union-attr,arg-type]
         if req.stream:
             return await write_sse(request, SSE_HEADERS, _events(server, req, choices),
                                    lambda: choices_mod.abort(choices))
-        return await _collect(server, req, choices)
+        body = await _collect(server, req, choices)
+        if role == "prefill":
+            port = request.transport.get_extra_info("sockname")[1] if request.transport else 0
+            body["kv_transfer_params"] = connector.hold(choices[0].unit, choices[0].handle.request.request_id, port)  # type: ignore[union-attr]
+        return json_body(body)
     except asyncio.CancelledError:  # the client went away: aiohttp cancels the handler
         choices_mod.abort(choices)
         raise
@@ -242,7 +277,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return await _handle(request, chat=True)
 
 
-async def _collect(server: VllmServer, req: GenerationRequest, choices: list[Choice]) -> web.Response:
+async def _collect(server: VllmServer, req: GenerationRequest, choices: list[Choice]) -> dict:
     texts: dict[int, str] = {}
     tokens: dict[int, list[int]] = {}
     ends: dict[int, tuple[str, str | None]] = {}
@@ -266,7 +301,7 @@ async def _collect(server: VllmServer, req: GenerationRequest, choices: list[Cho
                         **({"prompt_logprobs": _prompt_logprobs(server, req, by_index[i])}
                            if not req.chat and req.prompt_logprobs is not None else {}),
                         "index": i} for i in range(len(choices))]
-    return json_body(body)
+    return body
 
 
 def _prompt_logprobs(server: VllmServer, req: GenerationRequest, choice: Choice) -> list[dict | None]:

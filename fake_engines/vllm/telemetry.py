@@ -53,6 +53,12 @@ class VllmTelemetry:
         self._record_lora(stats)
         self._last = stats
 
+    def refresh(self) -> None:
+        """The gauges again after the core changed between steps (P/D: held blocks freed)."""
+        stats = self.core.stats()
+        self.metrics.record_step(self._delta_record(stats, iteration_tokens=0, ttfts=[], itls=[]), self.engine)
+        self._last = stats
+
     def on_stopped(self, handle: RequestHandle, now_s: float) -> None:
         """A stop string finished the request: vLLM counts it as finished with reason stop."""
         stats = self.core.stats()

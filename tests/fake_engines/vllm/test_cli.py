@@ -83,7 +83,7 @@ def test_every_vllm_0_32_flag_is_accepted_and_every_flag_has_help():
 
     serve = build_parser()._subparsers._group_actions[0].choices["serve"]
     for spellings, arity, choices, _help in FLAGS:
-        if spellings[0] in ("--model", "--kv-events-config", "--lora-modules", "--port") or arity == "optional":
+        if spellings[0] in ("--model", "--kv-events-config", "--kv-transfer-config", "--lora-modules", "--port") or arity == "optional":
             continue  # MODEL is positional; the look-alike's own flags are tested on their own
         value = [] if arity == "flag" else [choices[0] if choices else "1"]
         serve.parse_args(["llama-3.2-1b", spellings[-1], *value])
@@ -154,3 +154,17 @@ def test_async_scheduling_flags_as_vllm_spells_them_reach_the_scheduler():
         assert core.async_scheduling is expected
         assert core.max_concurrent_batches == (2 if expected else 1)
     assert "-pp > 1 is not modelled" in _fails("serve", "llama-3.1-8b", "--async-scheduling", "-pp", "2")
+
+
+def test_kv_transfer_config_takes_vllms_fields_and_refuses_what_vllm_refuses():
+    serve = build_parser()._subparsers._group_actions[0].choices["serve"]
+    args = serve.parse_args(["llama-3.2-1b", "--kv-transfer-config",
+                             '{"kv_connector":"NixlConnector","kv_role":"kv_producer","engine_id":"p0",'
+                             '"kv_connector_extra_config":{"kv_lease_duration":5}}'])
+    config = args.kv_transfer_config
+    assert (config.kv_role, config.engine_id, config.kv_lease_s, config.kv_port) == ("kv_producer", "p0", 5.0, 14579)
+    assert config.is_kv_transfer_instance
+    for bad in ('{"kv_connector":"NixlConnector"}', '{"kv_connector":"NixlConnector","kv_role":"kv_sender"}',
+                '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}', '{"kv_rol":"kv_both"}', "[1]"):
+        with pytest.raises(SystemExit):
+            serve.parse_args(["llama-3.2-1b", "--kv-transfer-config", bad])
