@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fake_engines.core import VOCAB_SIZE, decode
+from fake_engines.core import decode
 from fake_engines.llamacpp.errors import LlamaError
 from fake_engines.llamacpp.media import content_text
+from fake_engines.llamacpp.prompts import check_vocabulary
 from fake_engines.llamacpp.vocab import BOS_ID, has_numbers, token_pieces, tokenize, tokenize_subprompt
 
 SLOTS_PER_TRIGRAM = 8
@@ -126,8 +127,7 @@ def check_task_tokens(ids: list[int], n_ubatch: int, slot_n_ctx: int) -> None:
     """What a slot refuses when it takes an embedding or rerank task: ids outside the vocabulary,
     and a prompt that does not fit one physical batch (pooling needs all tokens in one ubatch) or
     the slot's context."""
-    if any(not 0 <= t < VOCAB_SIZE for t in ids):
-        raise LlamaError(400, "Prompt contains invalid tokens")
+    check_vocabulary(ids)
     if len(ids) > n_ubatch:
         raise LlamaError(500, f"input ({len(ids)} tokens) is too large to process. increase the physical batch "
                               f"size (current batch size: {n_ubatch})")

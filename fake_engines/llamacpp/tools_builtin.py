@@ -9,15 +9,14 @@ shell command): off unless `--tools` names them, for local use only, never on a 
 
 from __future__ import annotations
 
-import asyncio
+import base64
 import os
-import platform
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from fake_engines.llamacpp import tools_edit
-from fake_engines.llamacpp.tools_io import KINDS, list_entries, path_glob_match, resolve, run_command
+from fake_engines.llamacpp.tools_io import KINDS, make_io, path_glob_match
 
 READ_FILE_MAX_SIZE = 16 * 1024
 """Bytes read_file returns without a line range."""
@@ -101,21 +100,21 @@ async def read_file(params: dict, _: Stream | None = None) -> dict:
     """A file's text (or a 1-based line range, optionally numbered `N→`), or base64 with x-resp-type."""
     path = required(params, "path")
     start, end = value(params, "start_line", 1), value(params, "end_line", -1)
-    full = resolve(path, value(params, "cwd", ""))
-    try:
-        size = os.stat(full).st_size if os.path.isfile(full) else None
-    except OSError:
-        size = None
+    io = make_io(params)
+    size = await io.file_size(path)
     if size is None:
         return {"error": f"cannot stat file: {path}"}
     if value(params, "resp_type", "") == "base64":
-        return await _read_base64(full, path, size)
-    if size > READ_FILE_MAX_SIZE and end == -1:
+        if size > READ_FILE_MAX_SIZE_BASE64:
+            return {"error": f"file too large ({size} bytes, max {READ_FILE_MAX_SIZE_BASE64})"}
+    elif size > READ_FILE_MAX_SIZE and end == -1:
         return {"error": f"file too large ({size} bytes, max {READ_FILE_MAX_SIZE}). "
                          "Use start_line/end_line to read a portion."}
-    content = await _read_bytes(full)
+    content = await io.read(path)
     if content is None:
         return {"error": f"failed to open file: {path}"}
+    if value(params, "resp_type", "") == "base64":
+        return {"base64": base64.b64encode(content).decode(), "size_bytes": len(content)}
     numbered, out = value(params, "append_loc", False), bytearray()
     for lineno, line in enumerate(_lines(content), 1):
         if lineno < start:
@@ -130,31 +129,11 @@ async def read_file(params: dict, _: Stream | None = None) -> dict:
     return {"plain_text_response": out.decode("utf-8", errors="replace")}
 
 
-async def _read_base64(full: str, path: str, size: int) -> dict:
-    import base64
-
-    if size > READ_FILE_MAX_SIZE_BASE64:
-        return {"error": f"file too large ({size} bytes, max {READ_FILE_MAX_SIZE_BASE64})"}
-    content = await _read_bytes(full)
-    if content is None:
-        return {"error": f"failed to open file: {path}"}
-    return {"base64": base64.b64encode(content).decode(), "size_bytes": len(content)}
-
-
-async def _read_bytes(full: str) -> bytes | None:
-    def read() -> bytes | None:
-        try:
-            with open(full, "rb") as f:
-                return f.read()
-        except OSError:
-            return None
-    return await asyncio.to_thread(read)
-
-
 async def file_glob_search(params: dict, _: Stream | None = None) -> dict:
     """Entries under a directory matching a glob, directories suffixed `/`, at most `limit` (≤ 100)."""
+    io = make_io(params)
     path = required(params, "path")
-    base = resolve(path, value(params, "cwd", ""))
+    base = io.resolve(path)
     include, exclude = value(params, "include", "**"), value(params, "exclude", "")
     kind, max_depth = value(params, "type", "file"), max(0, value(params, "max_depth", 0))
     limit = value(params, "limit", SEARCH_MAX_RESULTS)
@@ -162,7 +141,7 @@ async def file_glob_search(params: dict, _: Stream | None = None) -> dict:
         return {"error": f"invalid limit: {limit} (expected 1 or more)"}
     if kind not in KINDS:
         return {"error": f'invalid type: {kind} (expected "file", "dir" or "all")'}
-    listing = await list_entries(base, max_depth, kind)
+    listing = await io.list_entries(base, max_depth, kind)
     if listing.err:
         return {"error": f"{listing.err}: {path}"}
     matches = [(rel, is_dir) for rel, is_dir in listing.entries
@@ -191,43 +170,49 @@ async def grep_search(params: dict, _: Stream | None = None) -> dict:
                            re.IGNORECASE if value(params, "ignore_case", False) else 0)
     except re.error as exc:
         return {"error": f"invalid regex: {exc}"}
-    full = resolve(path, value(params, "cwd", ""))
-    if os.path.isfile(full):
+    io = make_io(params)
+    full = io.resolve(path)
+    if await io.is_file(full):
         files = [(full, path)]
-    elif os.path.isdir(full):
-        listing = await list_entries(full, 0, "file")
-        files = [(os.path.join(full, rel), rel) for rel, _ in listing.entries
+    elif await io.is_dir(full):
+        listing = await io.list_entries(full, 0, "file")
+        files = [(f"{full.rstrip('/')}/{rel}", rel) for rel, _ in listing.entries
                  if path_glob_match(include, rel) and not (exclude and path_glob_match(exclude, rel))]
     else:
         return {"error": f"path does not exist: {path}"}
-    text, total, capped = await asyncio.to_thread(_grep, files, regex, context, numbered)
-    text += f"\n---\nTotal matches: {total}\n"
+    out: list[str] = []
+    total = 0
+    for absolute, shown in files:
+        content = await io.read(absolute)
+        if content is None:
+            continue
+        total = _grep(content, shown, regex, context, numbered, out, total)
+        if total > SEARCH_MAX_RESULTS:
+            break
+    capped = total > SEARCH_MAX_RESULTS
+    text = "".join(out) + f"\n---\nTotal matches: {min(total, SEARCH_MAX_RESULTS)}\n"
     if capped:
         text += f"[{SEARCH_MAX_RESULTS} matches limit reached. Narrow the path/pattern/include to see more.]\n"
     return {"plain_text_response": text}
 
 
-def _grep(files: list[tuple[str, str]], regex: re.Pattern[str], context: int, numbered: bool) -> tuple[str, int, bool]:
-    out: list[str] = []
-    total = 0
-    for full, shown in files:
-        try:
-            with open(full, "rb") as f:
-                lines = [line.decode("utf-8", errors="replace") for line in _lines(f.read())]
-        except OSError:
+def _grep(content: bytes, shown: str, regex: re.Pattern[str], context: int, numbered: bool, out: list[str],
+          total: int) -> int:
+    """Append one file's matches to `out`; the running total, past SEARCH_MAX_RESULTS when a match
+    was left out for the cap."""
+    lines = [line.decode("utf-8", errors="replace") for line in _lines(content)]
+    for i, line in enumerate(lines):
+        if total >= SEARCH_MAX_RESULTS:  # as llama-server: any further line reports the cap
+            return total + 1
+        if not regex.search(line):
             continue
-        for i, line in enumerate(lines):
-            if total >= SEARCH_MAX_RESULTS:
-                return "".join(out), total, True
-            if not regex.search(line):
-                continue
-            for j in range(max(0, i - context), min(len(lines) - 1, i + context) + 1):
-                mark = ":" if j == i else "-"
-                out.append(f"{shown}{mark}{f'{j + 1}{mark}' if numbered else ''}{lines[j]}\n")
-            if context:
-                out.append("--\n")
-            total += 1
-    return "".join(out), total, False
+        for j in range(max(0, i - context), min(len(lines) - 1, i + context) + 1):
+            mark = ":" if j == i else "-"
+            out.append(f"{shown}{mark}{f'{j + 1}{mark}' if numbered else ''}{lines[j]}\n")
+        if context:
+            out.append("--\n")
+        total += 1
+    return total
 
 
 async def exec_shell_command(params: dict, stream: Stream | None = None) -> dict | None:
@@ -236,13 +221,13 @@ async def exec_shell_command(params: dict, stream: Stream | None = None) -> dict
     timeout = min(value(params, "timeout", 10), EXEC_MAX_TIMEOUT_S)
     max_output = value(params, "max_output_size", EXEC_MAX_OUTPUT)
     max_output = EXEC_MAX_OUTPUT if max_output < 0 else min(max_output, EXEC_MAX_OUTPUT)
-    cwd = value(params, "cwd", "")
+    io = make_io(params)
 
     async def chunk(data: bytes) -> bool:
         assert stream is not None
         return await stream(data.decode("utf-8", errors="replace"))
 
-    res = await run_command(["sh", "-c", command], max_output, timeout, cwd, chunk if stream else None)
+    res = await io.run(["sh", "-c", command], max_output, timeout, chunk if stream else None)
     tail = f"\n[exit code: {res.exit_code}]" + (" [exit due to timed out]" if res.timed_out else "")
     if stream is not None:
         await stream(tail)
@@ -254,7 +239,7 @@ async def write_file(params: dict, _: Stream | None = None) -> dict:
     """Create or replace a file (and its parent directories)."""
     path, content = required(params, "path"), required(params, "content")
     data = content.encode()
-    if not await asyncio.to_thread(tools_edit.write_bytes, resolve(path, value(params, "cwd", "")), data):
+    if not await make_io(params).write(path, data):
         return {"error": f"failed to write file: {path}"}
     return {"result": "file written successfully", "path": path, "bytes": len(data)}
 
@@ -276,15 +261,28 @@ async def edit_file(params: dict, _: Stream | None = None) -> dict:
         if not old:
             return {"error": f"edits[{i}].old_text must not be empty"}
         pairs.append((old, new))
-    full = resolve(path, value(params, "cwd", ""))
-    return await asyncio.to_thread(tools_edit.edit_file, full, path, pairs)
+    io = make_io(params)
+    original = await io.read(path)
+    if original is None:
+        return {"error": f"failed to open file: {path}"}
+    edited = tools_edit.apply_edits(original, path, pairs)
+    if isinstance(edited, dict):
+        return edited
+    if not await io.write(path, edited):
+        return {"error": f"failed to write file: {path}"}
+    return {"result": "file edited successfully", "path": path, "edits_applied": len(pairs)}
 
 
 async def get_info(params: dict, _: Stream | None = None) -> dict:
     """The OS (`uname -a`) and the working directory tools run in."""
-    res = await run_command(["uname", "-a"], 4096, 5)
+    io = make_io(params)
+    res = await io.run(["uname", "-a"], 4096, 5)
     os_info = res.output.decode(errors="replace").strip() if res.exit_code == 0 and not res.timed_out else "unknown"
-    return {"os": os_info or platform.platform(), "cwd": value(params, "cwd", "") or os.getcwd()}
+    cwd = value(params, "cwd", "")
+    if not cwd and value(params, "runtime", ""):
+        pwd = await io.run(["pwd"], 4096, 5)
+        cwd = pwd.output.decode(errors="replace").strip() if pwd.exit_code == 0 and not pwd.timed_out else "unknown"
+    return {"os": os_info, "cwd": cwd or os.getcwd()}
 
 
 def build_tools() -> list[Tool]:

@@ -1,30 +1,16 @@
-"""write_file and edit_file's file work (server-tools.cpp `server_tool_edit_file`): exact text
-replacements, or, when an old_text is not found as is, replacements on text with trailing blanks
+"""edit_file's text work (server-tools.cpp `server_tool_edit_file`): exact text replacements, or, when an old_text is not found as is, replacements on text with trailing blanks
 dropped and typographic quotes, dashes and spaces made ASCII, keeping the untouched lines as they
 were. Each old_text must be unique (counted on the normalised text) and edits must not overlap.
 
-Runs in a worker thread (plain blocking file I/O); bytes that are not UTF-8 survive a round trip.
+Pure: the tool reads and writes the file (tools_builtin.py); bytes that are not UTF-8 survive.
 """
 
 from __future__ import annotations
-
-import os
 
 _ASCII = str.maketrans({**{c: "'" for c in "\u2018\u2019\u201a\u201b"}, **{c: '"' for c in "\u201c\u201d\u201e\u201f"},
                         **{chr(c): "-" for c in range(0x2010, 0x2016)}, "\u2212": "-", "\u00a0": " ",
                         **{chr(c): " " for c in range(0x2002, 0x200b)}, "\u202f": " ", "\u205f": " ",
                         "\u3000": " "})
-
-
-def write_bytes(full: str, data: bytes) -> bool:
-    """Write `data` to `full`, creating its parent directories."""
-    try:
-        os.makedirs(os.path.dirname(full) or ".", exist_ok=True)
-        with open(full, "wb") as f:
-            f.write(data)
-    except OSError:
-        return False
-    return True
 
 
 def normalize(content: str) -> str:
@@ -38,13 +24,10 @@ def _lines_with_endings(content: str) -> list[str]:
     return lines if lines[-1] else lines[:-1]
 
 
-def edit_file(full: str, path: str, edits: list[tuple[str, str]]) -> dict:
-    """Apply (old_text, new_text) edits to the file at `full`; `path` is how errors name it."""
-    try:
-        with open(full, "rb") as f:
-            original = f.read().decode("utf-8", errors="surrogateescape")
-    except OSError:
-        return {"error": f"failed to open file: {path}"}
+def apply_edits(content: bytes, path: str, edits: list[tuple[str, str]]) -> bytes | dict:
+    """The file's new content after the (old_text, new_text) edits, or {"error"}; `path` is how
+    errors name the file."""
+    original = content.decode("utf-8", errors="surrogateescape")
     fuzzy = False
     for i, (old, _) in enumerate(edits):
         if old in original:
@@ -69,9 +52,7 @@ def edit_file(full: str, path: str, edits: list[tuple[str, str]]) -> dict:
     result = _keep_untouched_lines(original, base, matched) if fuzzy else _replace(base, matched, 0)
     if result == original:
         return {"error": "no changes made: the replacement(s) produced identical content"}
-    if not write_bytes(full, result.encode("utf-8", errors="surrogateescape")):
-        return {"error": f"failed to write file: {path}"}
-    return {"result": "file edited successfully", "path": path, "edits_applied": len(matched)}
+    return result.encode("utf-8", errors="surrogateescape")
 
 
 def _replace(content: str, matched: list[tuple[int, int, int, str]], offset: int) -> str:

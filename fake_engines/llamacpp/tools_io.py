@@ -1,8 +1,9 @@
 """Where llama-server's built-in tools touch the machine (tools/server/server-tools.cpp `tools_io`):
-paths resolved against the `x-tool-cwd` directory, directory listings (git's file list, else a
-bounded walk that never descends into junk directories), globs, and commands run with a time limit
-and an output cap. Everything here acts on THIS host, as the real server's tools do: they exist
-only behind `--tools` and are for local use only.
+this host (HostIO), or an isolate a runtime names (tools_isolate.py). Paths resolve against the
+`x-tool-cwd` directory; listings come from git's file list, else a bounded walk that never descends
+into junk directories; globs follow llama.cpp's; commands run with a time limit and an output cap.
+HostIO acts on THIS host, as the real server's tools do: they exist only behind `--tools` and are
+for local use only.
 
 File system work runs in worker threads and commands are asyncio subprocesses, so a slow disk or a
 long command never stalls the event loop.
@@ -18,6 +19,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fake_engines.llamacpp.tools_isolate import IsolateIO
 
 GIT_LS_FILES_MAX_OUTPUT = 8 * 2**20
 """Bytes of `git ls-files` output read for one listing."""
@@ -58,28 +63,79 @@ class Listing:
     """The walk ran out of time or met an unreadable directory."""
 
 
-def check_runtime(spec: str) -> None:
-    """llama-server's `make_tools_io` checks of a tool runtime (`x-tool-runtime`, `--tools-runtime`).
+class HostIO:
+    """Tool I/O on this host (llama-server's tools_io_basic): paths against `cwd`, blocking file work
+    in worker threads, commands in `cwd`."""
 
-    The look-alike runs tools on the host only: a well-formed isolate (a running container, an ssh
-    target) is refused too, with a message saying so, never by falling back to the host."""
-    if not spec:
-        return
-    for engine in ("docker", "podman"):
-        if spec.startswith(f"{engine}-container:"):
-            cid = spec[len(engine) + len("-container:"):]
-            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", cid):
-                raise ToolRuntimeError(f"invalid container id: {cid}")
-            raise ToolRuntimeError(f"tool runtime not available in fake-llama-server: {spec}")
-        if spec.startswith(f"{engine}:"):
-            raise ToolRuntimeError(f"tool runtime must name a running container: {spec}")
-    if spec.startswith("ssh:"):
-        target = spec[len("ssh:"):]
-        # ssh reads options from its argv: a target starting with '-' would become one
-        if not re.fullmatch(r"[A-Za-z0-9._@][A-Za-z0-9._@-]*", target):
-            raise ToolRuntimeError(f"invalid ssh target: {target}")
-        raise ToolRuntimeError(f"tool runtime not available in fake-llama-server: {spec}")
-    raise ToolRuntimeError(f"unknown tool runtime: {spec}")
+    def __init__(self, cwd: str = "") -> None:
+        self.cwd = cwd
+
+    def resolve(self, path: str) -> str:
+        """Absolute, against the cwd."""
+        return resolve(path, self.cwd)
+
+    async def is_file(self, path: str) -> bool:
+        return os.path.isfile(self.resolve(path))
+
+    async def is_dir(self, path: str) -> bool:
+        return os.path.isdir(self.resolve(path))
+
+    async def file_size(self, path: str) -> int | None:
+        """Bytes of a regular file; None when it cannot be stat'ed (or is a directory)."""
+        full = self.resolve(path)
+        try:
+            return os.stat(full).st_size if os.path.isfile(full) else None
+        except OSError:
+            return None
+
+    async def read(self, path: str) -> bytes | None:
+        return await asyncio.to_thread(_read_bytes, self.resolve(path))
+
+    async def write(self, path: str, data: bytes) -> bool:
+        return await asyncio.to_thread(_write_bytes, self.resolve(path), data)
+
+    async def list_entries(self, base: str, max_depth: int, kind: str) -> Listing:
+        return await list_entries(self.resolve(base), max_depth, kind)
+
+    async def run(self, args: list[str], max_output: int, timeout_s: float,
+                  on_chunk: Callable[[bytes], Awaitable[bool]] | None = None) -> ExecResult:
+        return await run_command(args, max_output, timeout_s, self.cwd, on_chunk)
+
+
+def _read_bytes(full: str) -> bytes | None:
+    try:
+        with open(full, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _write_bytes(full: str, data: bytes) -> bool:
+    """Write `data` to `full`, creating its parent directories."""
+    try:
+        os.makedirs(os.path.dirname(full) or ".", exist_ok=True)
+        with open(full, "wb") as f:
+            f.write(data)
+    except OSError:
+        return False
+    return True
+
+
+def make_io(params: dict) -> HostIO | IsolateIO:
+    """llama-server's make_tools_io: the host for an empty `runtime`, else the isolate it names
+    (a running container, an ssh target); raises ToolRuntimeError for anything else, never
+    falling back to the host."""
+    from fake_engines.llamacpp.tools_isolate import isolate_io
+
+    cwd, runtime = params.get("cwd") or "", params.get("runtime") or ""
+    if not isinstance(cwd, str) or not isinstance(runtime, str):
+        raise ToolRuntimeError("cwd and runtime must be strings")
+    return HostIO(cwd) if not runtime else isolate_io(runtime, cwd)
+
+
+def check_runtime(spec: str) -> None:
+    """Refuse a tool runtime llama-server would refuse (`x-tool-runtime`, `--tools-runtime`)."""
+    make_io({"runtime": spec})
 
 
 def resolve(path: str, cwd: str = "") -> str:
@@ -181,18 +237,25 @@ def _walk(base: str, max_depth: int, kind: str, deadline: float) -> Listing:
 
 
 async def run_command(args: list[str], max_output: int, timeout_s: float, cwd: str = "",
-                      on_chunk: Callable[[bytes], Awaitable[bool]] | None = None) -> ExecResult:
-    """Run `args` with stdout and stderr merged, keep the first `max_output` bytes (draining the
-    rest so the child never blocks), kill its process group after `timeout_s`.
+                      on_chunk: Callable[[bytes], Awaitable[bool]] | None = None, *,
+                      stdin_data: bytes | None = None, merge_stderr: bool = True) -> ExecResult:
+    """Run `args` with stdout and stderr merged (stderr dropped with `merge_stderr=False`, when the
+    bytes are a file's), keep the first `max_output` bytes (draining the rest so the child never
+    blocks), kill its process group after `timeout_s`. `stdin_data` is written, then stdin closed.
 
     `on_chunk` sees each piece as it arrives; returning False (the client left) ends the command."""
     try:
         proc = await asyncio.create_subprocess_exec(
-            *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, cwd=cwd or None, start_new_session=True)
+            *args, stdin=asyncio.subprocess.DEVNULL if stdin_data is None else asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT if merge_stderr else asyncio.subprocess.DEVNULL,
+            cwd=cwd or None, start_new_session=True)
     except OSError:
         return ExecResult(b"failed to spawn process")
     assert proc.stdout is not None
+    if proc.stdin is not None:
+        proc.stdin.write(stdin_data or b"")
+        proc.stdin.close()  # a client waits for EOF on its stdin before it exits
     output, truncated, timed_out, aborted = bytearray(), False, False, False
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(timeout_s, 0)

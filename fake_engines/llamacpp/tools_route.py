@@ -4,8 +4,9 @@ disabled" when neither is. POST {"tool", "params", "stream"} invokes one: its re
 `error` inside when the tool failed), or SSE `{"chunk"}` events then `{"done": true}`.
 
 Headers steer a call as on the real server: `x-tool-cwd` (paths and commands resolve there; a
-`cwd` in params is dropped), `x-tool-runtime` (an isolate; the look-alike has none, so a
-well-formed one is refused with 500 and never run on the host), `x-resp-type: base64` (read_file).
+`cwd` in params is dropped), `x-tool-runtime` (a running container or an ssh host the tools run
+in, tools_isolate.py; an unknown or unsafe one is 500, never the host), `x-resp-type: base64`
+(read_file).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from fake_engines.llamacpp.tools_builtin import (
     required,
 )
 from fake_engines.llamacpp.tools_io import ToolRuntimeError, check_runtime
+from fake_engines.llamacpp.tools_isolate import container_spec
 
 HEADER_PARAMS = {"cwd": "x-tool-cwd", "runtime": "x-tool-runtime", "resp_type": "x-resp-type"}
 """Params only a header sets: a model's own value for them is dropped."""
@@ -54,6 +56,10 @@ def build_endpoint(config: LlamaServerConfig) -> ToolsEndpoint | None:
     if unknown:
         raise ServerConfigError(f'tools setup failed: unknown tool "{unknown[0]}". '
                                 f"available tools: {', '.join(TOOL_NAMES)}")
+    spawned = container_spec(config.tools_runtime)
+    if spawned is not None and not spawned[2]:
+        raise ServerConfigError(f"--tools-runtime {config.tools_runtime}: a container the server spawns and owns "
+                                "is not available in fake-llama-server (name a running one: ENGINE-container:ID)")
     try:
         check_runtime(config.tools_runtime)
     except ToolRuntimeError as exc:
@@ -149,7 +155,6 @@ async def call_tool(request: web.Request) -> web.StreamResponse:
     if stream:
         return await _stream(request, tool, params)
     try:
-        _check_runtime(tool, params)
         return json_body(await tool.invoke(params, None))
     except ToolParamError as exc:
         raise _invalid(400, str(exc)) from None
@@ -164,12 +169,6 @@ def _find(tools: list[Tool], name: str, stream: bool) -> Tool:
                 raise _invalid(404, f'tool "{name}" does not support stream = true')
             return tool
     raise _invalid(404, f'unknown tool "{name}"')
-
-
-def _check_runtime(tool: Tool, params: dict) -> None:
-    """A built-in tool runs where the runtime says: refused rather than run on the host."""
-    if tool.kind == "builtin":
-        check_runtime(params.get("runtime", ""))
 
 
 async def _stream(request: web.Request, tool: Tool, params: dict) -> web.StreamResponse:
@@ -188,7 +187,6 @@ async def _stream(request: web.Request, tool: Tool, params: dict) -> web.StreamR
 
     done: dict = {"done": True}
     try:
-        _check_runtime(tool, params)
         await tool.invoke(params, push)
     except (ToolParamError, ToolRuntimeError) as exc:
         done["error"] = str(exc)

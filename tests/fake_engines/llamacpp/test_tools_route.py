@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 
 import aiohttp
 import pytest
@@ -146,7 +147,7 @@ async def test_shell_command_streams_runs_in_the_cwd_and_runtimes_never_fall_bac
             runtimes = [await _call(s, url, "exec_shell_command", {"command": "echo hi"},
                                     {"x-tool-runtime": spec})
                         for spec in ("fake:does-not-exist", "ssh:-oProxyCommand=touch /tmp/pwned",
-                                     "docker-container:--privileged", "podman-container:abc123")]
+                                     "docker-container:--privileged")]
     finally:
         await running.close()
     assert "".join(e.get("chunk", "") for e in events) == "a\nb\n\n[exit code: 0]" and events[-1] == {"done": True}
@@ -154,8 +155,8 @@ async def test_shell_command_streams_runs_in_the_cwd_and_runtimes_never_fall_bac
     assert (tmp_path / "marker.txt").read_text() == "hi\n"
     assert slow == (200, {"plain_text_response": "started\n\n[exit code: 1] [exit due to timed out]"})
     assert no_stream[0] == 404 and no_stream[1]["error"]["message"] == 'tool "read_file" does not support stream = true'
-    assert [r[0] for r in runtimes] == [500] * 4
-    assert [r[1]["error"]["message"] for r in runtimes[:3]] == [
+    assert [r[0] for r in runtimes] == [500] * 3
+    assert [r[1]["error"]["message"] for r in runtimes] == [
         "unknown tool runtime: fake:does-not-exist", "invalid ssh target: -oProxyCommand=touch /tmp/pwned",
         "invalid container id: --privileged"]
     assert not os.path.exists("/tmp/pwned")
@@ -168,3 +169,44 @@ async def test_shell_command_streams_runs_in_the_cwd_and_runtimes_never_fall_bac
 def test_tools_and_agent_flags_read_as_llama_server_applies_them_in_order(flags, tools, proxy):
     config = config_from_args(build_parser().parse_args(["-m", "llama-3.1-8b-Q4_K_M.gguf", *flags]))
     assert (config.server_tools, config.ui_mcp_proxy) == (tools, proxy)
+
+
+FAKE_DOCKER = """#!/bin/sh
+# `docker exec [-i] ID CMD...` of a container that is this machine: CMD runs here, stdin passed on
+[ "$1" = exec ] || exit 125
+shift
+[ "$1" = -i ] && shift
+echo "$1" >> "$FAKE_DOCKER_LOG"
+shift
+exec "$@"
+"""
+
+
+async def test_a_container_runtime_runs_every_tool_through_docker_exec(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(FAKE_DOCKER)
+    (bin_dir / "docker").chmod(stat.S_IRWXU)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_DOCKER_LOG", str(tmp_path / "exec.log"))
+    work = tmp_path / "work"
+    headers = {"x-tool-runtime": "docker-container:c0ffee", "x-tool-cwd": str(work)}
+    running, url = await _served(_config(server_tools=("all",)))
+    try:
+        async with aiohttp.ClientSession() as s:
+            wrote = await _call(s, url, "write_file", {"path": "sub/test.log", "content": "hello container\n"}, headers)
+            read = await _call(s, url, "read_file", {"path": "sub/test.log"}, headers)
+            shell = await _call(s, url, "exec_shell_command", {"command": "cat sub/test.log; pwd"}, headers)
+            found = await _call(s, url, "file_glob_search", {"path": "."}, headers)
+            grep = await _call(s, url, "grep_search", {"path": ".", "pattern": "hello"}, headers)
+            edit = await _call(s, url, "edit_file", {"path": "sub/test.log", "edits": [
+                {"old_text": "hello", "new_text": "bye"}]}, headers)
+    finally:
+        await running.close()
+    assert wrote[1]["result"] == "file written successfully" and edit[1]["edits_applied"] == 1
+    assert read == (200, {"plain_text_response": "hello container\n"})
+    assert shell == (200, {"plain_text_response": f"hello container\n{work}\n\n[exit code: 0]"})
+    assert [e["path"] for e in found[1]["entries"]] == ["sub/test.log"] and found[1]["base"] == f"{work}/."
+    assert grep[1]["plain_text_response"].startswith("sub/test.log:hello container\n")
+    assert (work / "sub" / "test.log").read_text() == "bye container\n"
+    assert set((tmp_path / "exec.log").read_text().split()) == {"c0ffee"}  # all of it went through the container
