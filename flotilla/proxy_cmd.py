@@ -50,6 +50,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", action="append", default=[], metavar="[FLAVOR=]URL",
                         help="a backend; FLAVOR is vllm, llamacpp or openai; repeat for more")
     parser.add_argument("--config", type=Path, help="fleet YAML with backends (and policy); watched")
+    parser.add_argument("--prefill", action="append", default=[], metavar="URL",
+                        help="disaggregated serving: a prefill replica (vLLM with --kv-transfer-config); "
+                             "repeatable; requests run their prefill here, then decode on a --decode replica "
+                             "(docs/pd.md)")
+    parser.add_argument("--decode", action="append", default=[], metavar="URL",
+                        help="disaggregated serving: a decode replica; repeatable")
+    parser.add_argument("--prefill-policy", default="prefix-aware",
+                        help="routing policy of the prefill replicas (default prefix-aware)")
+    parser.add_argument("--decode-policy", default=None,
+                        help="routing policy of the decode replicas (default least-load with --prefill, "
+                             "else --policy)")
     from proxy.discovery import add_arguments as add_discovery_arguments  # stays free of aiohttp
 
     add_discovery_arguments(parser)
@@ -90,7 +101,9 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
     from proxy.limits import limits_from_args
 
     backends: list[BackendSpec] = [parse_backend_arg(b) for b in args.backend]
-    policy = args.policy
+    backends += [parse_backend_arg(_vllm_flavored(url)) for url in args.decode]
+    prefill = [parse_backend_arg(_vllm_flavored(url)) for url in args.prefill]
+    policy = args.decode_policy or args.policy or ("least-load" if prefill else None)
     if args.config is not None:
         fleet = load_fleet(args.config)
         backends += list(fleet.backends)
@@ -104,7 +117,13 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
         retry=RetryConfig(max_attempts=args.max_attempts),
         limits=limits_from_args(args),
         health=HealthConfig(interval_s=args.health_interval_s),
+        prefill_backends=prefill, prefill_policy=args.prefill_policy,
     )
+
+
+def _vllm_flavored(url: str) -> str:
+    """P/D replicas are vLLM engines (kv_transfer_params is vLLM's protocol): `vllm=URL`, unless given."""
+    return url if "=" in url.split("://", 1)[0] else f"vllm={url}"
 
 
 INSTANCE_HEADER = "x-flotilla-instance"
@@ -182,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = build_config(args)
         create_policy(config.policy, random.Random())  # a bad spec fails here, with the valid names
+        create_policy(config.prefill_policy, random.Random())
         autoscale = autoscale_config(args)
         discover = specs_from_args(args)
     except (ConfigError, OSError, ValueError) as exc:

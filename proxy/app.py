@@ -10,6 +10,7 @@ import logging
 import random
 import socket
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -33,6 +34,7 @@ from proxy.health import HealthChecker
 from proxy.kv_events import KVEventsHub
 from proxy.metrics import RouterMetrics
 from proxy.paths import canonical_path_middleware
+from proxy.pd import PrefillStage, attach_prefill
 from proxy.pool import Backend, BackendPool
 from proxy.pooling import POOLING_POLICY, ROUTE_FLAVORS, parse_pooling_request
 from proxy.reload import FleetWatcher
@@ -67,6 +69,8 @@ class Proxy:
     kv_index: KVIndex = field(default_factory=KVIndex)
     """What each backend that publishes KV-cache events holds (fed by `kv_events`)."""
     kv_events: KVEventsHub | None = None
+    prefill: PrefillStage | None = None
+    """Disaggregated prefill/decode: the prefill pool and phase (proxy/pd.py); None: colocated."""
     """The event subscriptions; started when the policy reads the index or a backend publishes."""
     scrape_loop: Callable[[Scraper], Coroutine[Any, Any, None]] | None = None
     """Runs the scraper instead of `Scraper.run` (a worker of several: proxy/workers.py)."""
@@ -89,6 +93,8 @@ class Proxy:
         else:  # one worker scrapes for all
             await self.health.check_all()
             loops = [self.health.run(), self.scrape_loop(scraper)]
+        if self.prefill is not None:
+            loops += await self.prefill.start(self.session)
         if isinstance(self.policy, KVIndexUser) or any(b.spec.kv_events for b in self.pool):
             loops.append(self._start_kv_events())
         if self.config.config_path is not None:
@@ -216,6 +222,9 @@ async def _generate(request: web.Request, chat: bool, anthropic: bool = False,
                   debug=request.headers.get("x-flotilla-debug") == "1", accounts_usage=generates,
                   strip_usage=strip_usage)
     async with p.admission.slot(model):  # type: ignore[union-attr]  # both are set before the routes serve
+        if p.prefill is not None and generates and not anthropic:  # P/D: the prefill phase first
+            request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+            fwd = await p.prefill.before_decode(fwd, request.headers, request_id)
         return await p.dispatcher.handle(request, fwd)  # type: ignore[union-attr]
 
 
@@ -304,6 +313,7 @@ def build_app(config: ProxyConfig, policy: RoutingPolicy | None = None,
     lim = config.limits
     proxy = Proxy(config=config, policy=policy or create_policy(config.policy, rng=rng), rng=rng, pool=pool,
                   admission=Admission(lim.max_in_flight_per_model, lim.max_queued_per_model, lim.queue_timeout_s))
+    proxy.prefill = attach_prefill(config, proxy.metrics, rng)
     access = AccessControl(lim, config.admin_token)
     app = web.Application(middlewares=[errors_middleware, canonical_path_middleware, access.middleware],
                           client_max_size=config.max_body_bytes)

@@ -318,6 +318,11 @@ class ProxyConfig:
     health: HealthConfig = field(default_factory=HealthConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     """Admission queues, rate limits, client keys, backend allow-list, shutdown grace."""
+    prefill_backends: list[BackendSpec] = field(default_factory=list)
+    """Disaggregated prefill/decode (proxy/pd.py): the prefill pool; `backends` is then the
+    decode pool. Empty: colocated serving."""
+    prefill_policy: str = "prefix-aware"
+    """Routing policy spec of the prefill pool."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
