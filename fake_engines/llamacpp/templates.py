@@ -83,17 +83,14 @@ class ChatTemplates:
         self.bos_token, self.eos_token = bos_token, eos_token
         self.kwargs: dict[str, Any] = _default_kwargs(settings)
         self.builtin = builtin.detect(self.source)
-        if self.jinja:
-            self._program = _compile(self.source)
-            self.caps = _caps(self)
-            supports = self._supports_thinking()
-            self.enable_thinking = settings.reasoning != "off" and supports
-            self.supports_thinking = supports
-        else:
-            if self.builtin is None or builtin.apply(self.builtin, [("user", "test")], True) is None:
-                raise TemplateError(f"the supplied chat template is not supported: {source}\nnote: llama.cpp was "
-                                    f"started without --jinja, we only support commonly used templates")
-            self.caps, self.enable_thinking, self.supports_thinking = dict(DEFAULT_CAPS), False, False
+        if not self.jinja and (self.builtin is None or builtin.apply(self.builtin, [("user", "test")], True) is None):
+            raise TemplateError(f"the supplied chat template is not supported: {source}\nnote: llama.cpp was "
+                                f"started without --jinja, we only support commonly used templates")
+        # llama.cpp parses the source as Jinja and analyses it even without --jinja (/props shows the caps)
+        self._program = _compile(self.source)
+        self.caps = _caps(self)
+        self.supports_thinking = self.jinja and self._supports_thinking()
+        self.enable_thinking = settings.reasoning != "off" and self.supports_thinking
 
     def render(self, messages: list, tools: list | None = None, options: ChatOptions | None = None) -> str:
         """The prompt text of `messages` (OpenAI chat messages, already validated) with `tools`."""
