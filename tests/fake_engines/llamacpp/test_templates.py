@@ -244,3 +244,37 @@ def test_tool_calls_reach_templates_that_read_object_arguments_as_objects():
     bad = {**call, "function": {**call["function"], "arguments": "{not json"}}
     with pytest.raises(LlamaError, match="Failed to parse tool call arguments as JSON"):
         templates.render([messages[0], {**messages[1], "tool_calls": [bad]}])
+
+
+def _gguf_with_template(path, template: str) -> None:
+    import numpy as np
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(path), "llama")
+    for add, value in ((writer.add_block_count, 2), (writer.add_context_length, 2048), (writer.add_embedding_length, 64),
+                       (writer.add_head_count, 4), (writer.add_head_count_kv, 2), (writer.add_file_type, 0)):
+        add(value)
+    writer.add_token_list([f"t{i}" for i in range(512)])
+    writer.add_chat_template(template)
+    writer.add_tensor("weights", np.zeros(1024, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+async def test_a_gguf_s_own_chat_template_is_the_default(tmp_path):
+    path = tmp_path / "templated.gguf"
+    _gguf_with_template(path, "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+                              "{% if add_generation_prompt %}<assistant>{% endif %}")
+    running = await start_llama(LlamaServerConfig(model=str(path), port=0, time_scale=0.01), cold_start=False)
+    await running.wait_ready()
+    try:
+        async with aiohttp.ClientSession() as session:
+            status, applied = await _post(session, f"http://127.0.0.1:{running.port}/apply-template", {"messages": BOOK})
+            async with session.get(f"http://127.0.0.1:{running.port}/props") as resp:
+                props = await resp.json()
+    finally:
+        await running.close()
+    assert status == 200 and applied["prompt"] == "<system>Book<user>What is the best book<assistant>"
+    assert props["chat_template"].startswith("{% for m in messages %}<{{ m.role }}>")
