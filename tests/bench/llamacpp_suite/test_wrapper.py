@@ -3,7 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.llamacpp_suite.wrapper import CATALOGUE_MODEL, map_model_args
+from bench.llamacpp_suite.wrapper import CATALOGUE_MODEL, map_model_args, map_template_file
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -25,6 +25,14 @@ def test_missing_model_file_is_replaced_and_an_existing_one_kept(tmp_path):
     real = tmp_path / "m.gguf"
     real.write_bytes(b"GGUF")
     assert map_model_args(["--hf-repo", "r", "--model", str(real)]) == ["--model", str(real)]
+
+
+def test_a_template_file_named_by_its_place_in_llama_cpp_s_tree_is_read_from_the_sdist_s_copy(tmp_path):
+    argv = ["--jinja", "--chat-template-file", "../../../models/templates/Qwen-QwQ-32B.jinja", "--port", "1"]
+    assert map_template_file(argv, str(tmp_path), nothing_exists) == [
+        "--jinja", "--chat-template-file", str(tmp_path / "Qwen-QwQ-32B.jinja"), "--port", "1"]
+    own = ["--chat-template-file", "mine.jinja"]
+    assert map_template_file(own, str(tmp_path), nothing_exists) == own  # not under models/templates: as given
 
 
 def test_a_command_line_without_any_model_stays_without_one():
