@@ -205,7 +205,9 @@ class NixlConnector:
         self.metrics.xfer_time.labels(**lab).observe(transfer.seconds)
         self.metrics.bytes_transferred.labels(**lab).observe(transfer.bytes_per_gpu)
         remaining_s = arrival_s + transfer.seconds - unit.driver.now_s()
-        done = lambda: asyncio.ensure_future(self._side_channel(params, DONE_PATH))  # noqa: E731
+        def done() -> None:  # the read's completion notification to the prefill engine
+            asyncio.ensure_future(self._side_channel(params, DONE_PATH))
+
         unit.driver.finish_remote_kv_load_after(rid, remaining_s, done)
 
     async def _side_channel(self, params: dict, path: str) -> bool:

@@ -162,9 +162,19 @@ async def test_prefill_frees_unpulled_blocks_at_the_lease_and_a_late_decode_reco
         assert value(text, "vllm:request_prefill_kv_computed_tokens_sum") == answer["usage"]["prompt_tokens"]
 
 
-async def test_kv_transfer_params_are_ignored_without_a_connector(served):
+async def test_kv_transfer_params_are_ignored_without_a_connector_and_a_failed_read_fails_by_default(served):
     plain = await served(_config())
+    decode = await served(_config(kv_transfer_config=kv_transfer_config_of(NIXL)))  # kv_load_failure_policy fail
+    gone = {"do_remote_prefill": True, "do_remote_decode": False, "remote_block_ids": [[1, 2]],
+            "remote_engine_id": "gone", "remote_request_id": "req-1", "remote_host": "127.0.0.1",
+            "remote_port": int(plain.rsplit(":", 1)[1]), "tp_size": 1}  # an engine without a side channel
     async with aiohttp.ClientSession() as session:
+        status, answer = await _post(session, decode, {"model": "m", "prompt": "hello there", "max_tokens": 4,
+                                                       "kv_transfer_params": gone})
+        assert status == 500 and isinstance(answer, dict) and "KV transfer" in answer["error"]["message"]
+        text = await _metrics(session, decode)
+        assert value(text, "vllm:nixl_num_failed_transfers_total") == 1
+        assert value(text, "vllm:num_requests_waiting") == 0 and value(text, "vllm:num_requests_running") == 0
         status, answer = await _post(session, plain, {"model": "m", "prompt": "hello there", "max_tokens": 1,
                                                       "kv_transfer_params": PREFILL_PARAMS})
         assert status == 200 and isinstance(answer, dict) and answer["kv_transfer_params"] is None
