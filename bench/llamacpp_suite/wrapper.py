@@ -1,4 +1,4 @@
-"""The binary named by LLAMA_SERVER_BIN_PATH: fake-llama-server with only model downloads mapped.
+"""The binary named by LLAMA_SERVER_BIN_PATH: fake-llama-server with model downloads and template paths mapped.
 
 Nothing can be downloaded here, so `--hf-repo`/`--hf-file`/`--model-url` and a `-m` naming a file that
 does not exist become `-m` of a catalogue model; every other flag passes through as the tests give it,
