@@ -27,6 +27,7 @@ from fake_engines.llamacpp.chat_checks import check_chat_body
 from fake_engines.llamacpp.constrained import Constraints, parse_constraints, plan, sampling_key, settings_logit_bias
 from fake_engines.llamacpp.errors import LlamaError, max_tokens, parse_json, typed
 from fake_engines.llamacpp import vocab
+from fake_engines.llamacpp.progress import progress_reports
 from fake_engines.llamacpp.prompts import tokenize_prompts
 from fake_engines.llamacpp.telemetry import request_timings
 from fake_engines.llamacpp.templates import ChatTemplates, body_prompt
@@ -76,6 +77,8 @@ class LlamaRequest:
     """Native: keep only these fields ("a/b" reaches into an object); empty keeps all."""
     return_tokens: bool = False
     """Native: the generated token ids in `tokens`."""
+    return_progress: bool = False
+    """Streamed: prompt_progress events before the first token."""
     verbose: bool = False
     """OpenAI routes: add `__verbose` (the native final body, the prompt among it); --verbose's default."""
 
@@ -159,6 +162,7 @@ def parse_request(server: LlamaServer, body: dict, kind: str) -> LlamaRequest:
                         seed=typed(body, "seed", float, "number"), sampled=temperature is None or temperature > 0,
                         constraints=parse_constraints(body, kind), post_sampling_probs=bool(body.get("post_sampling_probs")),
                         response_fields=_response_fields(body, kind), return_tokens=bool(body.get("return_tokens")),
+                        return_progress=bool(body.get("return_progress")),
                         verbose=kind != "native" and bool(body.get("verbose", server.config.verbose)))
 
 
@@ -444,6 +448,9 @@ async def _events(server: LlamaServer, req: LlamaRequest,
             lasts[index] = piece
             if not piece.token_ids:
                 continue
+            if req.return_progress and not predicted[index]:
+                for event in _progress_events(server, req, handles[index], rid, created, model, index):
+                    yield event
             predicted[index] += len(piece.token_ids)
             if piece.text or not piece.stopping_word:
                 event = _token_event(req, rid, created, model, piece, predicted[index])
@@ -458,6 +465,24 @@ async def _events(server: LlamaServer, req: LlamaRequest,
     use, timings = _finish(server, handles[0])
     for event in _closing_events(server, req, handles, rid, created, model, lasts, use, timings):
         yield event
+
+
+def _progress_events(server: LlamaServer, req: LlamaRequest, handle: RequestHandle, rid: str, created: int,
+                     model: str, index: int) -> list[dict]:
+    """The prompt's progress reports, each on an event of the route's kind carrying no text."""
+    request = handle.request
+    prompt_ms = request_timings(handle, server.driver.now_s()).prompt_ms
+    events = []
+    for report in progress_reports(request.num_prompt_tokens, request.num_cached_tokens or 0,
+                                   server.driver.core.config.n_batch, prompt_ms):
+        if req.kind == "chat":
+            event = _indexed(shapes.chat_chunk(rid, created, model, {"role": "assistant", "content": None}, None), index)
+        elif req.kind == "completion":
+            event = _indexed(shapes.completion_chunk(rid, created, model, "", None), index)
+        else:
+            event = {**shapes.native_chunk("", [], 0, request.num_prompt_tokens), "index": index}
+        events.append({**event, "prompt_progress": report})
+    return events
 
 
 def _indexed(event: dict, index: int) -> dict:

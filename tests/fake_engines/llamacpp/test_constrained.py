@@ -102,3 +102,18 @@ def test_batched_and_object_prompts_n_probs_and_response_fields(engine):
     status, body = _post(base, "/completion", {"prompt": "x", "n_predict": 3,
                                                "response_fields": ["content", "generation_settings/n_predict"]})
     assert set(body) == {"content", "generation_settings/n_predict"} and body["generation_settings/n_predict"] == 3
+
+
+def test_return_progress_reports_the_prompt_before_the_first_token(engine):
+    body = {"messages": [{"role": "user", "content": "This is a test" * 10}], "max_tokens": 3, "stream": True,
+            "return_progress": True}
+    req = urllib.request.Request(engine.base_url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        events = [json.loads(line[6:]) for line in resp.read().decode().splitlines()
+                  if line.startswith("data: ") and line != "data: [DONE]"]
+    reports = [e["prompt_progress"] for e in events if "prompt_progress" in e]
+    first_text = next(i for i, e in enumerate(events) if e["choices"] and e["choices"][0]["delta"].get("content"))
+    assert reports and all("prompt_progress" not in e for e in events[first_text:])
+    assert reports[0]["processed"] == reports[0]["cache"] and reports[-1]["processed"] == reports[-1]["total"] > 0
+    assert all(a["processed"] < b["processed"] for a, b in zip(reports, reports[1:], strict=False))
