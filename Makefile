@@ -16,9 +16,14 @@ install: $(BIN)/.installed
 demo: install
 	$(BIN)/flotilla up --demo
 
+# Two phases: the suite on every core (pytest-xdist), then the tests whose assertions need the machine
+# to themselves (timing, floods, the long live runs: markers serial and slow) one at a time.
+TEST_WORKERS ?= 2
+
 test: install
 	./scripts/ensure-prometheus.sh
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not serial and not slow"
+	$(BIN)/python -m pytest -q -m "serial or slow"
 
 lint: install
 	$(BIN)/ruff check .

@@ -75,6 +75,7 @@ async def vllm_pair():
             await running.close()
 
 
+@pytest.mark.serial  # asserts on lateness/terminal answers under load: needs the machine to itself
 async def test_after_a_battery_of_hostile_clients_the_fleet_is_whole_and_a_normal_request_succeeds(
         vllm_pair, proxy_for, caplog: pytest.LogCaptureFixture) -> None:
     specs = [BackendSpec(f"http://127.0.0.1:{running.port}", "vllm") for running, _ in vllm_pair]
