@@ -149,6 +149,8 @@ class LlamaServerConfig:
         for name in ("n_ctx", "n_batch", "n_ubatch"):
             if getattr(self, name) < 1:
                 raise ServerConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.embedding and self.n_batch > self.n_ubatch:
+            self.n_batch = self.n_ubatch  # llama-server: pooling needs a whole prompt in one ubatch
         if self.n_parallel == 0 or self.n_parallel < -1:
             raise ServerConfigError(f"-np must be >= 1 or -1 (auto), got {self.n_parallel}")
         if self.split_mode not in SPLIT_MODES:

@@ -87,3 +87,8 @@ def test_without_their_flags_the_routes_answer_501_with_llama_servers_hint():
     with _server("llama-3.2-1b-Q8_0.gguf", embedding=True) as engine:
         status, error = _post(engine.base_url, "/v1/embeddings", {"input": "x"})
         assert status == 400 and "Pooling type 'none'" in error["error"]["message"]
+
+
+def test_embedding_servers_batch_no_more_than_a_ubatch_as_llama_server_sets_them():
+    assert LlamaServerConfig(model=EMBEDDER, embedding=True, n_batch=2048, n_ubatch=128).n_batch == 128
+    assert LlamaServerConfig(model=EMBEDDER, n_batch=2048, n_ubatch=128).n_batch == 2048
