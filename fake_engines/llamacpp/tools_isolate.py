@@ -1,7 +1,8 @@
 """Tool runtimes (server-tools.cpp `tools_io_isolate`): every tool operation run as a POSIX command
 inside an isolate, a running container (`docker-container:ID`, `podman-container:ID`, through
 `<engine> exec`) or a host reached over ssh (`ssh:TARGET`, batch mode, known host keys only). The
-isolate must provide sh, cat, wc, mkdir, dirname, find and timeout.
+isolate must provide sh, cat, wc, mkdir, dirname, find and timeout. `--tools-runtime ENGINE:IMAGE`
+makes the server spawn a container of its own for the tools and remove it at exit.
 
 A container id and an ssh target are checked first: one starting with '-' would become an option of
 `docker exec` or ssh (`--privileged`, `-oProxyCommand=...`) and run on the host.
@@ -9,7 +10,11 @@ A container id and an ssh target are checked first: one starting with '-' would 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import re
+import tempfile
 from collections.abc import Awaitable, Callable
 
 from fake_engines.llamacpp.tools_io import (
@@ -145,3 +150,66 @@ class IsolateIO:
 def _lines(output: bytes, strip_dot_slash: bool) -> list[str]:
     lines = [line.rstrip("\r").replace("\\", "/") for line in output.decode("utf-8", errors="replace").split("\n")]
     return [line[2:] if strip_dot_slash and line.startswith("./") else line for line in lines if line]
+
+
+class SpawnedContainer:
+    """`--tools-runtime ENGINE:IMAGE` (server-tools.cpp `server_tools_container_runtime`): the server
+    runs `ENGINE run --rm -i --cidfile F IMAGE sh`, whose shell lives as long as its stdin stays
+    open; tools attach to it by id; one that died is spawned again; at exit stdin is closed and
+    `--rm` removes the container."""
+
+    START_TIMEOUT_S = 10.0
+    """How long the container id may take to appear."""
+
+    def __init__(self, engine: str, image: str) -> None:
+        self.engine, self.image = engine, image
+        self.proc: asyncio.subprocess.Process | None = None
+        self.cid = ""
+        self.lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        """Spawn it and read its id; ToolRuntimeError when it does not come up."""
+        cidfile = os.path.join(tempfile.gettempdir(), f"llama-tools-runtime-cid-{os.getpid()}-{id(self)}.tmp")
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(cidfile)  # the engine refuses an existing cidfile
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                self.engine, "run", "--rm", "-i", "--cidfile", cidfile, self.image, "sh",
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        except OSError:
+            raise ToolRuntimeError(f"failed to spawn {self.engine} container for tools runtime "
+                                   f"(image: {self.image})") from None
+        deadline = asyncio.get_running_loop().time() + self.START_TIMEOUT_S
+        while not self.cid and asyncio.get_running_loop().time() < deadline and self.proc.returncode is None:
+            with contextlib.suppress(OSError):
+                with open(cidfile) as f:
+                    self.cid = f.readline().strip()
+            if not self.cid:
+                await asyncio.sleep(0.1)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(cidfile)
+        if not self.cid:
+            await self.close()
+            raise ToolRuntimeError(f"timed out waiting for {self.engine} container to start (image: {self.image})")
+
+    async def spec(self) -> str:
+        """The runtime a tool call attaches to, the container spawned again if it died."""
+        async with self.lock:
+            if self.proc is None or self.proc.returncode is not None:
+                print(f"srv    {self.engine} tools runtime container \"{self.cid}\" died, respawning", flush=True)
+                self.cid = ""
+                await self.start()
+            return f"{self.engine}-container:{self.cid}"
+
+    async def close(self) -> None:
+        """Close its stdin (its shell exits, --rm removes it) and reap the client; kill it after 10 s."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=10)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()

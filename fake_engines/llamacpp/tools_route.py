@@ -28,7 +28,7 @@ from fake_engines.llamacpp.tools_builtin import (
     required,
 )
 from fake_engines.llamacpp.tools_io import ToolRuntimeError, check_runtime
-from fake_engines.llamacpp.tools_isolate import container_spec
+from fake_engines.llamacpp.tools_isolate import SpawnedContainer, container_spec
 
 HEADER_PARAMS = {"cwd": "x-tool-cwd", "runtime": "x-tool-runtime", "resp_type": "x-resp-type"}
 """Params only a header sets: a model's own value for them is dropped."""
@@ -43,7 +43,9 @@ class ToolsEndpoint:
     mcp: McpManager
     """The configured MCP servers."""
     runtime: str = ""
-    """--tools-runtime (validated at start-up)."""
+    """--tools-runtime naming a running container or an ssh host (validated at start-up)."""
+    container: SpawnedContainer | None = None
+    """--tools-runtime ENGINE:IMAGE: the container the server spawned and owns."""
 
 
 TOOLS_KEY = web.AppKey("llama_tools", ToolsEndpoint)
@@ -57,19 +59,22 @@ def build_endpoint(config: LlamaServerConfig) -> ToolsEndpoint | None:
         raise ServerConfigError(f'tools setup failed: unknown tool "{unknown[0]}". '
                                 f"available tools: {', '.join(TOOL_NAMES)}")
     spawned = container_spec(config.tools_runtime)
-    if spawned is not None and not spawned[2]:
-        raise ServerConfigError(f"--tools-runtime {config.tools_runtime}: a container the server spawns and owns "
-                                "is not available in fake-llama-server (name a running one: ENGINE-container:ID)")
-    try:
-        check_runtime(config.tools_runtime)
-    except ToolRuntimeError as exc:
-        raise ServerConfigError(f"--tools-runtime: {exc}") from None
+    container = None
+    if spawned is not None and not spawned[2]:  # ENGINE:IMAGE, spawned when the server starts
+        if not spawned[1]:
+            raise ServerConfigError(f"--tools-runtime {spawned[0]}:<image> requires an image name")
+        container = SpawnedContainer(spawned[0], spawned[1])
+    else:
+        try:
+            check_runtime(config.tools_runtime)
+        except ToolRuntimeError as exc:
+            raise ServerConfigError(f"--tools-runtime: {exc}") from None
     mcp = McpManager(load_servers(config.mcp_servers_config, config.mcp_servers_json))
     if not config.server_tools and mcp.empty:
         return None
     everything = "all" in config.server_tools
     tools = [t for t in build_tools() if everything or t.name in config.server_tools]
-    return ToolsEndpoint(tools, mcp, config.tools_runtime)
+    return ToolsEndpoint(tools, mcp, "" if container else config.tools_runtime, container)
 
 
 def install_tools(app: web.Application, config: LlamaServerConfig) -> None:
@@ -85,12 +90,18 @@ def install_tools(app: web.Application, config: LlamaServerConfig) -> None:
     app.on_startup.append(_warmup)
     app.on_shutdown.append(_stop_mcp)  # before aiohttp waits for handlers: MCP calls in flight end now
     app.on_cleanup.append(_stop_mcp)
+    app.on_cleanup.append(_stop_container)
     print("srv    security: server tools (experimental) enabled - do not expose to untrusted environments",
           flush=True)
 
 
 async def _warmup(app: web.Application) -> None:
     endpoint = app[TOOLS_KEY]
+    if endpoint.container is not None:
+        try:
+            await endpoint.container.start()
+        except ToolRuntimeError as exc:  # the server does not start, as llama-server's tools setup fails
+            raise ServerConfigError(f"tools setup failed: {exc}") from None
     await endpoint.mcp.warmup()
     seen = {t.name for t in endpoint.tools}
     for tool in endpoint.mcp.registry:
@@ -102,6 +113,12 @@ async def _warmup(app: web.Application) -> None:
 
 async def _stop_mcp(app: web.Application) -> None:
     app[TOOLS_KEY].mcp.shutdown()
+
+
+async def _stop_container(app: web.Application) -> None:
+    container = app[TOOLS_KEY].container
+    if container is not None:
+        await container.close()
 
 
 def mcp_tool(tool: McpToolDef, mcp: McpManager) -> Tool:
@@ -149,7 +166,12 @@ async def call_tool(request: web.Request) -> web.StreamResponse:
     for key, header in HEADER_PARAMS.items():
         if request.headers.get(header):
             params[key] = request.headers[header]
-    if "runtime" not in params and endpoint.runtime:
+    if "runtime" not in params and endpoint.container is not None:
+        try:
+            params["runtime"] = await endpoint.container.spec()
+        except ToolRuntimeError as exc:
+            raise LlamaError(500, str(exc)) from None
+    elif "runtime" not in params and endpoint.runtime:
         params["runtime"] = endpoint.runtime
     tool = _find(endpoint.tools, name, stream)
     if stream:

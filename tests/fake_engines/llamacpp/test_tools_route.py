@@ -15,7 +15,7 @@ from fake_engines.factory.llamacpp_config import config_from_args
 from fake_engines.llamacpp.cli import build_parser
 from fake_engines.llamacpp.config import LlamaServerConfig, ServerConfigError
 from fake_engines.llamacpp.server import start_llama
-from fake_engines.llamacpp.tools_route import build_endpoint
+from fake_engines.llamacpp.tools_route import TOOLS_KEY, build_endpoint
 
 
 def _config(**overrides) -> LlamaServerConfig:
@@ -172,23 +172,36 @@ def test_tools_and_agent_flags_read_as_llama_server_applies_them_in_order(flags,
 
 
 FAKE_DOCKER = """#!/bin/sh
-# `docker exec [-i] ID CMD...` of a container that is this machine: CMD runs here, stdin passed on
-[ "$1" = exec ] || exit 125
-shift
-[ "$1" = -i ] && shift
-echo "$1" >> "$FAKE_DOCKER_LOG"
-shift
-exec "$@"
+# a docker whose containers are this machine: `run ... --cidfile F IMAGE sh` writes the id and lives
+# while its stdin is open, `exec [-i] ID CMD...` runs CMD here; each call is logged
+case "$1" in
+run)
+    echo run >> "$FAKE_DOCKER_LOG"
+    while [ "$1" != --cidfile ]; do shift; done
+    echo c0ffee > "$2"
+    exec cat > /dev/null ;;
+exec)
+    shift
+    [ "$1" = -i ] && shift
+    echo "exec $1" >> "$FAKE_DOCKER_LOG"
+    shift
+    exec "$@" ;;
+esac
+exit 125
 """
 
 
-async def test_a_container_runtime_runs_every_tool_through_docker_exec(tmp_path, monkeypatch):
+def _fake_docker(tmp_path, monkeypatch) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "docker").write_text(FAKE_DOCKER)
     (bin_dir / "docker").chmod(stat.S_IRWXU)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_DOCKER_LOG", str(tmp_path / "exec.log"))
+    monkeypatch.setenv("FAKE_DOCKER_LOG", str(tmp_path / "docker.log"))
+
+
+async def test_a_container_runtime_runs_every_tool_through_docker_exec(tmp_path, monkeypatch):
+    _fake_docker(tmp_path, monkeypatch)
     work = tmp_path / "work"
     headers = {"x-tool-runtime": "docker-container:c0ffee", "x-tool-cwd": str(work)}
     running, url = await _served(_config(server_tools=("all",)))
@@ -209,4 +222,25 @@ async def test_a_container_runtime_runs_every_tool_through_docker_exec(tmp_path,
     assert [e["path"] for e in found[1]["entries"]] == ["sub/test.log"] and found[1]["base"] == f"{work}/."
     assert grep[1]["plain_text_response"].startswith("sub/test.log:hello container\n")
     assert (work / "sub" / "test.log").read_text() == "bye container\n"
-    assert set((tmp_path / "exec.log").read_text().split()) == {"c0ffee"}  # all of it went through the container
+    assert set((tmp_path / "docker.log").read_text().splitlines()) == {"exec c0ffee"}  # all through the container
+
+
+async def test_a_spawned_container_runtime_serves_every_call_respawns_and_goes_at_exit(tmp_path, monkeypatch):
+    _fake_docker(tmp_path, monkeypatch)
+    with pytest.raises(ServerConfigError, match="requires an image name"):
+        build_endpoint(_config(server_tools=("all",), tools_runtime="docker:"))
+    running, url = await _served(_config(server_tools=("all",), tools_runtime="docker:busybox"))
+    container = running.app[TOOLS_KEY].container
+    try:
+        async with aiohttp.ClientSession() as s:
+            first = await _call(s, url, "exec_shell_command", {"command": "echo hi"})
+            container.proc.kill()  # the container died on its own
+            await container.proc.wait()
+            second = await _call(s, url, "exec_shell_command", {"command": "echo again"})
+        client = container.proc
+    finally:
+        await running.close()
+    assert first[1] == {"plain_text_response": "hi\n\n[exit code: 0]"}
+    assert second[1] == {"plain_text_response": "again\n\n[exit code: 0]"}
+    assert (tmp_path / "docker.log").read_text().splitlines() == ["run", "exec c0ffee", "run", "exec c0ffee"]
+    assert client.returncode == 0 and container.proc is None  # stdin closed: the container's shell ended
