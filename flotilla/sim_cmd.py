@@ -90,6 +90,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-events-delay", type=float, metavar="SECONDS",
                    help="a policy that reads the engines' KV events (precise-prefix) gets each engine step's "
                         "events this long after the step ends, in virtual time (default 0.005)")
+    pd = p.add_argument_group("disaggregated prefill/decode (docs/pd.md)")
+    pd.add_argument("--prefill-replicas", type=positive_int, metavar="N",
+                    help="a P/D fleet: N prefill replicas of --engine vllm (with --decode-replicas); it runs "
+                         "beside a colocated fleet of the same GPU count on the same arrivals")
+    pd.add_argument("--decode-replicas", type=positive_int, metavar="M", help="a P/D fleet: M decode replicas")
+    pd.add_argument("--prefill-policy", metavar="SPEC", help="routing policy of the prefill pool (default prefix-aware)")
+    pd.add_argument("--decode-policy", metavar="SPEC", help="routing policy of the decode pool (default least-load)")
+    pd.add_argument("--kv-link", action="append", default=[], metavar="LINK",
+                    help="link each decode replica pulls KV over: nvlink, ib400, roce400, pcie5, pcie4, eth100 "
+                         "(default ib400); repeat to compare")
+    pd.add_argument("--prefill-autoscale", metavar="SPEC",
+                    help="scaling policy of the prefill pool (e.g. pd-prefill); default: fixed")
+    pd.add_argument("--decode-autoscale", metavar="SPEC",
+                    help="scaling policy of the decode pool (e.g. pd-decode); default: fixed")
+    pd.add_argument("--colocated-replicas", type=int, metavar="K",
+                    help="replicas of the colocated fleet beside the P/D one (default: the same GPU count; "
+                         "0: none); it routes with the first --policy (default least-load)")
     p.add_argument("--slo", help="goodput SLOs, e.g. ttft=0.5,tpot=0.05")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print every run as loadgen result JSON")
@@ -174,6 +191,8 @@ def simulate_args(args: argparse.Namespace) -> list:  # type: ignore[type-arg]
     from sim.build import fleet_replicas
     from sim.run import compare
 
+    if args.prefill_replicas or args.decode_replicas:
+        return _simulate_pd(args)
     fleet = _fleet(args)
     s = _settings(args, fleet)
     runs = len(s["policies"]) * max(1, len(s["autoscale"]))
@@ -181,6 +200,27 @@ def simulate_args(args: argparse.Namespace) -> list:  # type: ignore[type-arg]
     return compare(_workload(args, runs), _spec(args), args.replicas, s["policies"], args.seed,
                    s["scrape_interval_s"], s["slo"], s["autoscale"], args.cold_start,
                    fleet_replicas(fleet) if fleet else None, **delay)
+
+
+def _simulate_pd(args: argparse.Namespace) -> list:  # type: ignore[type-arg]
+    """`--prefill-replicas N --decode-replicas M`: the colocated fleet and one P/D fleet per --kv-link."""
+    from loadgen.stats import parse_slo
+    from sim.pd import DEFAULT_DECODE_POLICY, DEFAULT_PREFILL_POLICY, PdFleet, compare_pd
+
+    if not (args.prefill_replicas and args.decode_replicas):
+        raise ValueError("a P/D fleet needs both --prefill-replicas and --decode-replicas")
+    if args.fleet:
+        raise ValueError("--fleet and --prefill-replicas/--decode-replicas: choose one")
+    links = args.kv_link or ["ib400"]
+    fleets = [PdFleet(args.prefill_replicas, args.decode_replicas, args.prefill_policy or DEFAULT_PREFILL_POLICY,
+                      args.decode_policy or DEFAULT_DECODE_POLICY, link, args.prefill_autoscale,
+                      args.decode_autoscale) for link in links]
+    colocated = (args.prefill_replicas + args.decode_replicas if args.colocated_replicas is None
+                 else args.colocated_replicas)
+    runs = len(fleets) + (1 if colocated else 0)
+    return compare_pd(_workload(args, runs), _spec(args), fleets, colocated,
+                      (args.policy or [DEFAULT_DECODE_POLICY])[0], args.seed,
+                      parse_slo(args.slo) if args.slo else None, args.scrape_interval)
 
 
 def _result_options(args: argparse.Namespace) -> tuple[tuple[float, ...], tuple[str, ...]]:
@@ -235,6 +275,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         json.dump({"runs": [r.to_json() for r in results]}, sys.stdout, indent=1)
         sys.stdout.write("\n")
+    elif args.prefill_replicas:
+        from sim.report import pd_table
+        print(pd_table(results))
     else:
         print(comparison_table(results))
     return 0

@@ -40,6 +40,11 @@ class SimJob:
     """Service time (fixed replicas only)."""
     lora: str | None = None
     """LoRA adapter, if any."""
+    kv_transfer_hold: bool = False
+    """P/D prefill side: the engine holds the finished request's KV blocks for a pull."""
+    remote_prefill: bool = False
+    """P/D decode side: the prompt's KV comes from a prefill engine; the request waits in
+    WAITING_FOR_REMOTE_KVS until the pull ends (`CoreReplica.wake`)."""
 
 
 class Listener(Protocol):
@@ -169,11 +174,20 @@ class CoreReplica:
         try:
             self.core.add_request(EngineRequest(
                 request_id=req_id, prompt_token_ids=job.prompt_token_ids, max_tokens=job.output_len,
-                output_len=job.output_len, lora=job.lora, arrival_s=job.arrival_s))
+                output_len=job.output_len, lora=job.lora, arrival_s=job.arrival_s,
+                kv_transfer_hold=job.kv_transfer_hold, remote_prefill=job.remote_prefill,
+                waiting_for_remote_kvs=job.remote_prefill))
         except RequestRejected as exc:  # the engine answers 400 at once and the steps go on
             self.listener.on_reject(job, now_s, exc.message)
         else:
             self.jobs[req_id] = job
+        return events + self._launch(now_s)
+
+    def wake(self, now_s: float, change: Callable[[], object]) -> list[Event]:
+        """Apply `change` to the core from outside a step (a KV pull ended, held blocks freed)
+        as a submit would: the decode run under way is cut at `now_s` first, then steps launch."""
+        events = self._interrupt_run(now_s)
+        change()
         return events + self._launch(now_s)
 
     def _launch(self, now_s: float) -> list[Event]:

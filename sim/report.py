@@ -42,3 +42,30 @@ def comparison_table(results: Sequence[RunResult]) -> str:
     lines.append("latencies in ms of virtual time; SLO met: share of requests within every --slo bound; "
                  "replica-s, GPU-s: paid from launch to stop; up/down: scale events; cold: cold starts")
     return "\n".join(lines)
+
+
+def _rate(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def pd_table(results: Sequence[RunResult]) -> str:
+    """Colocated and P/D fleets on the same arrivals: latency percentiles, goodput, GPUs."""
+    width = max([len("fleet"), *(len(r.label) for r in results)])
+    head = (f"{'fleet':<{width}} {'GPUs':>4} {'reqs':>5} {'TTFT p50':>9} {'TTFT p90':>9} {'TTFT p99':>9} "
+            f"{'TPOT p50':>9} {'TPOT p90':>9} {'TPOT p99':>9} {'SLO met':>7} {'goodput/s':>9} "
+            f"{'per GPU':>8} {'GPU-s':>8} {'KV pull mean':>12}")
+    lines = [head, "-" * len(head)]
+    for r in results:
+        s, m = r.summary, r.meta
+        gpus = m.get("gpus")
+        per_gpu = s.goodput_per_s / gpus if s.goodput_per_s is not None and gpus else None
+        pull = (m.get("kv_transfer") or {}).get("mean_s")
+        lines.append(
+            f"{r.label:<{width}} {gpus if gpus is not None else '-':>4} {s.num_requests:>5} "
+            f"{_ms(s.ttft_s.p50):>9} {_ms(s.ttft_s.p90):>9} {_ms(s.ttft_s.p99):>9} {_ms(s.tpot_s.p50):>9} "
+            f"{_ms(s.tpot_s.p90):>9} {_ms(s.tpot_s.p99):>9} {_share(s.slo_attainment):>7} "
+            f"{_rate(s.goodput_per_s):>9} {_rate(per_gpu):>8} {_seconds(m.get('gpu_seconds')):>8} {_ms(pull):>12}")
+    lines.append("latencies in ms of virtual time; goodput: requests per second within every --slo bound "
+                 "(per GPU: over the fleet's GPUs); KV pull: prefill done to KV loaded on the decode "
+                 "replica, link sharing included")
+    return "\n".join(lines)
