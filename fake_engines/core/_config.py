@@ -102,6 +102,9 @@ class LlamaCppSchedulerConfig:
     """Host-memory prompt cache (--cache-ram) in tokens of KV: a slot's cached prompt is saved
     there before a dissimilar prompt replaces it, and a later prompt loads the best match back;
     0 off, -1 no limit."""
+    cache_idle_slots: bool = True
+    """--cache-idle-slots (llama-server's default; needs the host cache): when a task takes a slot,
+    every idle slot's prompt is saved to the host cache, and with a unified pool dropped from it."""
 
     def __post_init__(self) -> None:
         _require_positive("n_ctx", self.n_ctx)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 
 from fake_engines.core import _llamacpp_decode_run as _decode_run
 from fake_engines.core._config import LlamaCppSchedulerConfig
@@ -53,6 +54,8 @@ class LlamaCppScheduler:
         self._next_task = 0
         self._host_cache: list[tuple[list[int], str | None]] = []
         """Prompts saved to host memory (--cache-ram), least recently used first."""
+        self.log: Callable[[str], None] | None = None
+        """Where llama-server's debug lines go (--verbose); None: nowhere. The core does no I/O itself."""
         self._totals = {"queries": 0, "prompt": 0, "cached": 0, "generation": 0, "steps": 0, "aborted": 0,
                         "busy_slots": 0, "tokens_max": 0}
 
@@ -151,6 +154,35 @@ class LlamaCppScheduler:
         self._slot_of[request.request_id] = slot
         self._totals["cached"] += n_cache
         self._totals["queries"] += request.num_prompt_tokens
+        if self.config.cache_idle_slots and self.config.cache_ram_tokens:
+            self._cache_idle_slots()
+
+    def _cache_idle_slots(self) -> None:
+        """--cache-idle-slots, after a launch: each idle slot's prompt is saved to the host cache
+        (unless already held there); with a unified pool the slot is then cleared, its cells freed."""
+        for slot in self.slots:
+            if slot.is_processing:
+                continue
+            if slot.cache_tokens and self._save_to_host(slot.cache_tokens, slot.cache_lora):
+                self._log("__TEST_TAG_CACHE_IDLE_SLOT__")  # llama-server's debug line, word for word
+            if self.config.unified:
+                slot.cache_tokens, slot.cache_lora = [], None
+
+    def _save_to_host(self, tokens: list[int], lora: str | None) -> bool:
+        """server_prompt_cache::alloc: False when a saved prompt already holds these tokens or they
+        exceed the whole cache; saved prompts they contain are dropped, the oldest go to make room."""
+        limit = self.config.cache_ram_tokens
+        if any(common_prefix_len(saved, tokens) == len(tokens) for saved, _ in self._host_cache) \
+                or 0 < limit < len(tokens):
+            return False
+        self._host_cache = [(t, lo) for t, lo in self._host_cache if common_prefix_len(t, tokens) < len(t)]
+        self._host_cache.append((list(tokens), lora))
+        self._trim_host_cache()
+        return True
+
+    def _log(self, message: str) -> None:
+        if self.log is not None:
+            self.log(message)
 
     def _swap_with_host_cache(self, slot: Slot, request: EngineRequest) -> None:
         """llama-server's server_prompt_cache: before a prompt that keeps less than half of the
@@ -158,8 +190,10 @@ class LlamaCppScheduler:
         sharing the longest prefix with the new one, if longer than what the slot shares, is
         loaded into the slot (and leaves the host cache)."""
         keep = self._reusable_prefix(slot, request)
+        if not slot.cache_tokens or keep < len(slot.cache_tokens) / 2:
+            self._log("updating prompt cache")
         if slot.cache_tokens and keep < len(slot.cache_tokens) / 2:
-            self._host_cache.append((list(slot.cache_tokens), slot.cache_lora))
+            self._save_to_host(slot.cache_tokens, slot.cache_lora)
         best, best_len = None, keep
         for i, (tokens, lora) in enumerate(self._host_cache):
             shared = min(common_prefix_len(tokens, request.prompt_token_ids), request.num_prompt_tokens - 1)

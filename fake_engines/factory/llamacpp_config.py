@@ -72,6 +72,10 @@ class LlamaServerConfig:
     """-ctv: V cache element type."""
     cache_ram_mib: int = 8192
     """--cache-ram: host-memory prompt cache in MiB (-1 no limit, 0 off)."""
+    cache_idle_slots: bool = True
+    """False with --no-cache-idle-slots: idle slots stay as they are when a task starts."""
+    kv_unified: bool | None = None
+    """-kvu / -no-kvu: one KV pool shared by the slots; None: only when -np is auto."""
     host: str = "127.0.0.1"
     """Address to bind."""
     port: int = 8080
@@ -237,6 +241,14 @@ def build_parser(parser_class: type[argparse.ArgumentParser] = OneLineParser,
                    help="V cache type; q8_0 halves the KV bytes each step reads")
     p.add_argument("-cram", "--cache-ram", type=int, default=8192, metavar="N",
                    help="host-memory prompt cache, MiB (default 8192, -1 no limit, 0 off)")
+    p.add_argument("--no-cache-idle-slots", action="store_true",
+                   help="keep idle slots as they are when a task starts (by default each is saved to the "
+                        "host cache, and cleared with a unified KV pool)")
+    p.add_argument("-kvu", "--kv-unified", dest="kv_unified", action="store_const", const=True, default=None,
+                   help="one KV pool shared by all slots, each slot's context the whole -c "
+                        "(default: only when -np is auto)")
+    p.add_argument("-no-kvu", "--no-kv-unified", dest="kv_unified", action="store_const", const=False,
+                   help="a KV pool per slot")
     p.add_argument("--host", default="127.0.0.1", help="address to bind")
     p.add_argument("--port", type=port_number, default=8080, help="TCP port; 0 picks a free one")
     p.add_argument("--sleep-idle-seconds", type=int, default=-1, metavar="SECONDS",
@@ -279,7 +291,8 @@ def config_from_args(args: argparse.Namespace) -> LlamaServerConfig:
         main_gpu=args.main_gpu, n_batch=args.batch_size, n_ubatch=args.ubatch_size, loras=loras,
         warmup=not args.no_warmup, metrics=args.metrics, slots=not args.no_slots,
         slot_prompt_similarity=args.slot_prompt_similarity, flash_attn=args.flash_attn,
-        cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v, cache_ram_mib=args.cache_ram, host=args.host, port=args.port, api_key=args.api_key,
+        cache_type_k=args.cache_type_k, cache_type_v=args.cache_type_v, cache_ram_mib=args.cache_ram,
+        cache_idle_slots=not args.no_cache_idle_slots, kv_unified=args.kv_unified, host=args.host, port=args.port, api_key=args.api_key,
         gpu=args.gpu, catalogue=tuple(args.catalogue), time_scale=args.time_scale, seed=args.seed,
         load_gbps=args.load_gbps, startup_s=args.startup_seconds, mean_output_tokens=args.mean_output_tokens,
         sleep_idle_seconds=args.sleep_idle_seconds,

@@ -66,7 +66,8 @@ def scheduler_config(config: LlamaServerConfig, model: GgufModel) -> LlamaCppSch
     return LlamaCppSchedulerConfig(
         n_ctx=config.n_ctx, n_parallel=config.n_parallel, n_ctx_train=model.n_ctx_train,
         slot_prompt_similarity=config.slot_prompt_similarity, n_batch=config.n_batch, n_ubatch=config.n_ubatch,
-        seed=config.seed, cache_ram_tokens=cache_ram_tokens(config, model))
+        seed=config.seed, cache_ram_tokens=cache_ram_tokens(config, model), kv_unified=config.kv_unified,
+        cache_idle_slots=config.cache_idle_slots)
 
 
 def cache_ram_tokens(config: LlamaServerConfig, model: GgufModel) -> int:

@@ -15,7 +15,17 @@ from fake_engines.driver.live import LiveDriver
 from fake_engines.driver.serving import TIME_SCALE_HEADER, json_body
 from fake_engines.factory import build_engine
 from fake_engines.factory.llamacpp_http_flags import comma_set
-from fake_engines.llamacpp import access, cors_proxy, engine, gcp, sleep, slot_files, stream_sessions, vocab, webui
+from fake_engines.llamacpp import (
+    access,
+    cors_proxy,
+    engine,
+    gcp,
+    sleep,
+    slot_files,
+    stream_sessions,
+    vocab,
+    webui,
+)
 from fake_engines.llamacpp.chat_checks import check_chat_body
 from fake_engines.llamacpp.config import BUILD_INFO, LlamaServerConfig
 from fake_engines.llamacpp.errors import LlamaError, not_found, parse_json
@@ -78,12 +88,22 @@ def build_server(config: LlamaServerConfig) -> LlamaServer:
     assert isinstance(built.config, LlamaServerConfig) and isinstance(built.spec, engine.LlamaEngineSpec)
     assert built.gguf is not None
     core = built.new_core()
+    if config.verbose:
+        _debug_log(core)
     telemetry = LlamaTelemetry(core)
     driver = LiveDriver(core, built.step_time, config.time_scale, telemetry)
     sampler = OutputLengthSampler(seed=config.seed, mean_output_tokens=config.mean_output_tokens)
     templates = templates_for(config, built.gguf.chat_template)
     return LlamaServer(built.config, built.gguf, built.spec, driver, telemetry, sampler, templates,
                        [s for _, s in config.loras])
+
+
+def _debug_log(core: object) -> None:
+    """--verbose: llama-server's debug lines about its prompt cache, on stdout (the tests read them)."""
+    assert isinstance(core, LlamaCppScheduler)
+    core.log = lambda message: print(f"srv  debug: {message}", flush=True)
+    if core.config.cache_idle_slots and core.config.cache_ram_tokens:
+        core.log("__TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__")
 
 
 def create_app(config: LlamaServerConfig) -> web.Application:

@@ -218,3 +218,53 @@ def test_a_prompt_only_request_computes_its_prompt_without_cache_reuse_and_draws
     stats = sched.stats()
     assert (stats.prompt_tokens_total, stats.prompt_tokens_cached_total) == (128, 0)
     assert stats.generation_tokens_total == 4  # the generation request's tokens only
+
+
+def _pinned(request_id: str, tokens: list[int], id_slot: int) -> EngineRequest:
+    return EngineRequest(request_id, tokens, max_tokens=4, output_len=4, id_slot=id_slot)
+
+
+@pytest.mark.parametrize(("unified", "idle_kept"), [(True, False), (False, True)])
+def test_a_launch_saves_idle_slots_to_the_host_cache_and_a_unified_pool_clears_them(unified, idle_kept):
+    sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=1024, n_parallel=2, kv_unified=unified,
+                                                      cache_ram_tokens=-1))
+    lines: list[str] = []
+    sched.log = lines.append
+    long = list(range(100, 160))
+    sched.add_request(_pinned("a", long, 0))
+    _run(sched)
+    assert "__TEST_TAG_CACHE_IDLE_SLOT__" not in lines  # slot 1 held nothing to save
+    sched.add_request(_pinned("b", [7, 8, 9], 1))
+    assert lines.count("__TEST_TAG_CACHE_IDLE_SLOT__") == 1
+    assert bool(sched.slots[0].cache_tokens) is idle_kept
+    _run(sched)
+    lines.clear()
+    sched.add_request(_req("a-again", long))
+    assert sched.requests["a-again"].num_cached_tokens == len(long) - 1  # from the slot or the host cache
+    assert ("updating prompt cache" in lines) is not idle_kept  # an emptied slot is filled from the host
+    _run(sched)
+
+
+def test_no_cache_idle_slots_leaves_idle_slots_as_they_are():
+    sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=1024, n_parallel=2, kv_unified=True,
+                                                      cache_ram_tokens=-1, cache_idle_slots=False))
+    lines: list[str] = []
+    sched.log = lines.append
+    sched.add_request(_pinned("a", list(range(60)), 0))
+    _run(sched)
+    sched.add_request(_pinned("b", [7, 8, 9], 1))
+    _run(sched)
+    assert "__TEST_TAG_CACHE_IDLE_SLOT__" not in lines and len(sched.slots[0].cache_tokens) > 60
+
+
+def test_slot_ids_wrap_as_llama_servers_and_a_slot_can_be_loaded_and_erased():
+    sched = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=256, n_parallel=2, cache_ram_tokens=0))
+    assert [getattr(sched.slot_by_id(i), "id", None) for i in (0, 1, 2, 3, -1, -2)] == [0, 1, 0, 1, None, 0]
+    assert sched.load_slot(sched.slots[1], [5, 6, 7])
+    sched.add_request(_req("r", [5, 6, 7, 8]))
+    assert _slot_of(sched, "r") == 1 and sched.requests["r"].num_cached_tokens == 3
+    _run(sched)
+    assert sched.erase_slot(sched.slots[1]) == 4 + 4 - 1 and sched.slots[1].cache_tokens == []
+    pool = LlamaCppScheduler(LlamaCppSchedulerConfig(n_ctx=256, n_parallel=2, kv_unified=True))
+    pool.add_request(_pinned("busy", list(range(200)), 1))
+    assert not pool.load_slot(pool.slots[0], list(range(100)))  # 56 cells left while slot 1 works
