@@ -162,6 +162,10 @@ def _connectable(endpoint: str, host: str) -> str:
     return endpoint
 
 
+BACKEND_ROLES = ("", "prefill", "decode")
+"""A backend's part in disaggregated serving; "": colocated (or decode)."""
+
+
 @dataclass(frozen=True)
 class BackendSpec:
     """One engine as the operator declared it."""
@@ -183,6 +187,9 @@ class BackendSpec:
     kv_events: KVEventsSource | None = None
     """The engine's KV-cache event publisher; None: it publishes none (routing policies that
     read the KV index fall back to their own approximate index for it)."""
+    role: str = ""
+    """Disaggregated serving (proxy/pd.py): "prefill" puts the backend in the prefill pool,
+    "decode" (or "") in the ordinary pool, which then decodes."""
 
     def __post_init__(self) -> None:
         shown = redact_url(self.url)
@@ -197,6 +204,8 @@ class BackendSpec:
             raise ConfigError("flavor", self.flavor, f"must be one of {', '.join(FLAVORS)}")
         if not self.weight > 0:
             raise ConfigError("weight", self.weight, "must be > 0")
+        if self.role not in BACKEND_ROLES:
+            raise ConfigError("role", self.role, "must be prefill or decode")
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):
             raise ConfigError("api_key", "<redacted>", "must be a non-empty string")
         if parts.username is not None:
@@ -327,6 +336,9 @@ class ProxyConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ConfigError("port", self.port, "must be in [0, 65535]")
+        # a fleet file's `role: prefill` backends form the prefill pool (proxy/pd.py)
+        self.prefill_backends = [*self.prefill_backends, *(b for b in self.backends if b.role == "prefill")]
+        self.backends = [b for b in self.backends if b.role != "prefill"]
         _positive(self, "reload_interval_s", "scrape_interval_s", "scrape_timeout_s", "max_body_bytes",
                   "chars_per_token")
 
@@ -352,7 +364,7 @@ def backend_from_mapping(item: object) -> BackendSpec:
     source = KVEventsSource.parse(events, _host_of(str(item["url"]))) if events is not None else None
     return BackendSpec(url=str(item["url"]), flavor=str(item.get("flavor", "openai")),
                        models=tuple(str(m) for m in models), weight=float(item.get("weight", 1.0)),
-                       api_key=item.get("api_key"), kv_events=source)
+                       api_key=item.get("api_key"), kv_events=source, role=str(item.get("role") or ""))
 
 
 def _host_of(url: str) -> str:
@@ -402,6 +414,7 @@ _BACKEND_KEYS: dict[str, tuple[Callable[[object], bool], str]] = {
     "api_key": (lambda v: isinstance(v, str), "a string"),
     "kv_events": (lambda v: isinstance(v, str | dict), "a ZMQ endpoint or a mapping with endpoint, replay_endpoint "
                   "and topic"),
+    "role": (lambda v: v in ("prefill", "decode"), "prefill or decode (disaggregated serving, docs/pd.md)"),
 }
 
 

@@ -63,7 +63,8 @@ class FleetWatcher:
         except (OSError, ConfigError) as exc:
             log.error("fleet file %s not reloaded, the last good one stays: %s", self.path, one_line(str(exc)))
             return False
-        for backend in apply_fleet(self.pool, fleet.backends):
+        # the prefill pool is fixed at start (proxy/pd.py); the file's other backends are this pool's
+        for backend in apply_fleet(self.pool, tuple(b for b in fleet.backends if b.role != "prefill")):
             await self.on_added(backend)
         log.info("fleet file %s reloaded: %d backends", self.path, len(fleet.backends))
         return True

@@ -141,8 +141,9 @@ def proxy_fleet_file(fleet: UpFleet, backends: list[tuple[str, str, str]],
     given). `flotilla compose` and `flotilla k8s` build their proxy's fleet file from it too."""
     weights = {g.name: g.capacity_weight() for g in fleet.engines}
     events = {g.name: g.kv_events() for g in fleet.engines}
+    roles = {g.name: {"role": g.role} if g.role else {} for g in fleet.engines}
     data: dict[str, object] = {"proxy": {"policy": fleet.policy, "backends": [
-        {"url": url, "flavor": f, "weight": weights[name], **_kv_events_entry(events[name])}
+        {"url": url, "flavor": f, "weight": weights[name], **_kv_events_entry(events[name]), **roles[name]}
         for f, url, name in backends]}}
     group = fleet.scaled_group()
     if fleet.autoscaler is not None and group is not None:

@@ -38,7 +38,8 @@ _NULLABLE = frozenset({"parallel", "ctx_size", "gpu_layers", "trace", "max_reque
 _ENGINE_KINDS: dict[str, type] = {
     "flavor": str, "model": str, "gpu": str, "name": str, "quant": str, "tensor_parallel": int,
     "pipeline_parallel": int, "gpu_layers": int, "parallel": int, "ctx_size": int, "replicas": int,
-    "min_replicas": int, "max_replicas": int, "time_scale": float, "load_gbps": float, "weight": float}
+    "min_replicas": int, "max_replicas": int, "time_scale": float, "load_gbps": float, "weight": float,
+    "role": str}
 
 
 def parse_fleet_file(text: str, base: Path = Path("."), source: str | None = None) -> Fleet:

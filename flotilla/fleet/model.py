@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -71,6 +72,10 @@ class EngineGroup:
     weight: float | None = None
     """Capacity of one replica for routing (`BackendSpec.weight`); None: its modelled requests
     per second when full (`capacity_weight`)."""
+    role: str = ""
+    """Disaggregated serving (docs/pd.md): "prefill" or "decode" vLLM replicas, started with
+    the NixlConnector (`--kv-transfer-config`, kv_producer or kv_consumer, unless `args` give
+    one) and routed as the proxy's prefill pool or its decode pool; "": colocated."""
 
     @property
     def served_model(self) -> str:
@@ -83,11 +88,19 @@ class EngineGroup:
                   "--load-gbps", f"{self.load_gbps:g}", "--seed", str(seed)]
         if self.flavor == "vllm":
             return [sys.executable, "-m", "fake_engines.vllm.cli", "serve", self.model, *common,
-                    "-tp", str(self.tensor_parallel), "-pp", str(self.pipeline_parallel), *self.args]
+                    "-tp", str(self.tensor_parallel), "-pp", str(self.pipeline_parallel), *self._kv_transfer(),
+                    *self.args]
         given = (("-c", self.ctx_size), ("-ngl", self.gpu_layers), ("-np", self.parallel))
         slots = [word for flag, value in given if value is not None for word in (flag, str(value))]
         return [sys.executable, "-m", "fake_engines.llamacpp.cli", "-m", f"{self.model}-{self.quant}.gguf",
                 "-a", self.model, *slots, "--metrics", *common, *self.args]
+
+    def _kv_transfer(self) -> list[str]:
+        """A P/D role's --kv-transfer-config, unless `args` give their own."""
+        if not self.role or "--kv-transfer-config" in self.args:
+            return []
+        kv_role = "kv_producer" if self.role == "prefill" else "kv_consumer"
+        return ["--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector", "kv_role": kv_role})]
 
     def kv_events(self, host: str = "127.0.0.1") -> KVEventsSource | None:
         """Where the group's engines publish KV-cache events, as the router at `host`'s side
@@ -129,6 +142,10 @@ class EngineGroup:
                 raise ConfigError(f"{where}.{key}", getattr(self, key), "must be > 0")
         if self.weight is not None and not self.weight > 0:
             raise ConfigError(f"{where}.weight", self.weight, "must be > 0")
+        if self.role not in ("", "prefill", "decode"):
+            raise ConfigError(f"{where}.role", self.role, "must be prefill or decode")
+        if self.role and self.flavor != "vllm":
+            raise ConfigError(f"{where}.role", self.role, "needs flavor vllm (kv_transfer_params is vLLM's protocol)")
         self._check_catalogue(where)
         self._check_flags(where)
 

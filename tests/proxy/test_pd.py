@@ -156,3 +156,33 @@ def test_prefill_body_is_the_toy_proxys_and_the_flags_build_two_pools():
                                                                      ("http://p2:8000", "vllm")]
     assert [(b.url, b.flavor) for b in config.backends] == [("http://d1:8000", "vllm")]
     assert (config.prefill_policy, config.policy) == ("round-robin", "least-load")
+
+
+def test_fleet_file_roles_start_nixl_engines_and_split_the_proxy_into_prefill_and_decode_pools():
+    import yaml
+
+    from flotilla.errors import ConfigError
+    from flotilla.fleet.load import parse_fleet_file
+    from proxy.config import parse_fleet
+    from proxy.supervisor import proxy_fleet_file
+
+    text = """
+engines:
+  - {flavor: vllm, model: llama-3.1-8b, name: p, role: prefill}
+  - {flavor: vllm, model: llama-3.1-8b, name: d, role: decode, replicas: 2, max: 2}
+"""
+    fleet = parse_fleet_file(text)
+    prefill_cmd = fleet.engines[0].command(port=8101)
+    config_json = json.loads(prefill_cmd[prefill_cmd.index("--kv-transfer-config") + 1])
+    assert config_json == {"kv_connector": "NixlConnector", "kv_role": "kv_producer"}
+    assert "kv_consumer" in " ".join(fleet.engines[1].command(port=8102))
+    started = [("vllm", "http://127.0.0.1:8101", "p"), ("vllm", "http://127.0.0.1:8102", "d"),
+               ("vllm", "http://127.0.0.1:8103", "d")]
+    proxy_file = parse_fleet(yaml.safe_dump(proxy_fleet_file(fleet, started)))
+    config = ProxyConfig(backends=list(proxy_file.backends))
+    assert [b.url for b in config.prefill_backends] == ["http://127.0.0.1:8101"]
+    assert [b.url for b in config.backends] == ["http://127.0.0.1:8102", "http://127.0.0.1:8103"]
+    with pytest.raises(ConfigError, match="role"):
+        parse_fleet_file("engines:\n  - {flavor: llamacpp, model: llama-3.1-8b, role: prefill}\n")
+    with pytest.raises(ConfigError, match="role"):
+        parse_fleet_file("engines:\n  - {flavor: vllm, model: llama-3.1-8b, role: prefil}\n")
