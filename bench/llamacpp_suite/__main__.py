@@ -31,7 +31,9 @@ COMMAND = "python -m bench.llamacpp_suite"
 
 
 def fetch_tests(home: Path) -> Path:
-    tests = home / "server" / "tests"
+    # Kept at its place in llama.cpp's tree: test_tools_builtin.py reads files relative to the root it
+    # derives from its own path (unit/../../../..), so home stands in for that root.
+    tests = home / "tools" / "server" / "tests"
     if (tests / "utils.py").exists():
         return tests
     home.mkdir(parents=True, exist_ok=True)
@@ -43,7 +45,7 @@ def fetch_tests(home: Path) -> Path:
     with tarfile.open(sdist) as tar:
         members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
         for m in members:
-            m.name = "server/tests/" + m.name[len(prefix):]
+            m.name = "tools/server/tests/" + m.name[len(prefix):]
         tar.extractall(home, members=members, filter="data")
     return tests
 
