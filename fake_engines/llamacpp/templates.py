@@ -129,7 +129,8 @@ class ChatTemplates:
             raise
         except Exception as exc:  # a template's raise_exception, or its own mistake: runtime_error there
             raise LlamaError(500, str(exc)) from None
-        return text
+        # the vocabulary adds BOS when the prompt is tokenized, so a template's own is dropped (add_bos)
+        return text[len(self.bos_token):] if self.bos_token and text.startswith(self.bos_token) else text
 
     def _context(self, msgs: list[dict], tools: list | None, options: ChatOptions, add_generation: bool,
                  thinking: bool | None) -> dict[str, Any]:

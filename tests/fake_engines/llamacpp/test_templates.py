@@ -84,14 +84,14 @@ def test_no_jinja_refuses_a_template_it_does_not_know_and_renders_a_known_one():
 
 
 def test_jinja_gets_llama_cpp_s_globals_filters_and_variables():
-    source = ("{{ bos_token }}|{{ strftime_now('%Y') }}|{{ messages[0].content | tojson }}|"
+    source = ("{{ strftime_now('%Y') }}|{{ bos_token }}|{{ messages[0].content | tojson }}|"
               "{{ {'a': [1, 2]} | tojson(indent=2) }}|{{ {'a': 1} | tojson(separators=(',', ':')) }}|"
               "{{ 'x' + functions }}|{{ add_generation_prompt is defined }}|{{ date_string }}|{{ flavour }}")
     templates = ChatTemplates(TemplateSettings(chat_template=source, template_kwargs={"flavour": '"mint"'}), None,
                               bos_token="<s>")
     text = templates.render([{"role": "user", "content": "héllo <b>"}], options=ChatOptions(add_generation_prompt=False))
     today = datetime.date.today()
-    assert text == (f'<s>|{today.year}|"héllo <b>"|{{\n  "a": [\n    1,\n    2\n  ]\n}}|{{"a":1}}|x|False|'
+    assert text == (f'{today.year}|<s>|"héllo <b>"|{{\n  "a": [\n    1,\n    2\n  ]\n}}|{{"a":1}}|x|False|'
                     f'{today.strftime("%d %b %Y")}|mint')
 
 
@@ -116,7 +116,7 @@ def test_reasoning_flag_and_template_support_decide_enable_thinking(source, reas
 
 def test_a_final_assistant_message_is_continued_after_the_generation_prompt():
     templates = ChatTemplates(TemplateSettings(chat_template=LLAMA3_LIKE), None, bos_token="<s>")
-    head = ("<s><|start_header_id|>system<|end_header_id|>\n\nBook<|eot_id|><|start_header_id|>user<|end_header_id|>"
+    head = ("<|start_header_id|>system<|end_header_id|>\n\nBook<|eot_id|><|start_header_id|>user<|end_header_id|>"
             "\n\nWhat is the best book<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
     for prefill, text in (("Whill", "Whill"), ([{"type": "text", "text": "Wh"}, {"type": "text", "text": "ill"}],
                                                "Wh\n\nill")):
@@ -178,8 +178,8 @@ async def test_server_renders_every_chat_route_with_its_template_and_shows_it_in
     try:
         async with aiohttp.ClientSession() as session:
             status, applied = await _post(session, base + "/apply-template", {"messages": BOOK})
-            assert status == 200 and applied["prompt"] == (
-                "<s><|start_header_id|>system<|end_header_id|>\n\nBook<|eot_id|><|start_header_id|>user"
+            assert status == 200 and applied["prompt"] == (  # the template's BOS left to the tokenizer
+                "<|start_header_id|>system<|end_header_id|>\n\nBook<|eot_id|><|start_header_id|>user"
                 "<|end_header_id|>\n\nWhat is the best book<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
             status, chat = await _post(session, base + "/v1/chat/completions", {"messages": BOOK, "max_tokens": 2})
             assert status == 200 and chat["__verbose"]["prompt"] == applied["prompt"]
