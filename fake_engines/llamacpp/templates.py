@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from fake_engines.factory.llamacpp_chat_flags import REASONING_FORMATS
 from fake_engines.llamacpp import builtin_templates as builtin
 from fake_engines.llamacpp.config import LlamaServerConfig, ServerConfigError
 from fake_engines.llamacpp.errors import LlamaError
@@ -203,6 +204,8 @@ def chat_options(body: dict, prefill_assistant: bool = True) -> ChatOptions:
     last_role = messages[-1].get("role") if messages and isinstance(messages[-1], dict) else None
     if not continue_final and prefill_assistant and last_role == "assistant":
         continue_final, add_generation = "auto", False
+    if "reasoning_format" in body and body["reasoning_format"] not in REASONING_FORMATS:
+        raise LlamaError(500, f"Unknown reasoning format: {body['reasoning_format']}")
     kwargs = body.get("chat_template_kwargs")
     kwargs = dict(kwargs) if isinstance(kwargs, dict) else {}
     thinking = kwargs.get("enable_thinking")

@@ -145,6 +145,8 @@ def test_request_options_as_llama_server_reads_them():
                          "add_generation_prompt": False}).continue_final == "reasoning"
     assert chat_options({"messages": [], "reasoning_effort": "none"}).enable_thinking is False
     assert chat_options({"messages": [], "chat_template_kwargs": {"enable_thinking": True}}).enable_thinking is True
+    with pytest.raises(LlamaError, match="Unknown reasoning format: deep"):
+        chat_options({"messages": [], "reasoning_format": "deep"})
     with pytest.raises(LlamaError, match='invalid type for "enable_thinking"'):
         chat_options({"messages": [], "chat_template_kwargs": {"enable_thinking": "yes"}})
 
