@@ -17,6 +17,7 @@ import re
 import string
 from re import _parser as sre_parse  # type: ignore[attr-defined]  # stdlib's own regex parser
 
+_MAX_DEPTH = 64
 _PRIMITIVES = {"boolean", "number", "integer", "value", "object", "array", "uuid", "char", "string", "null"}
 _WORDS = ("alpha", "beta", "john", "blue", "apple", "river", "stone", "cloud", "maple", "tiger")
 
@@ -36,6 +37,8 @@ class _Generator:
         self.rng = rng
 
     def resolve(self, ref: str) -> object:
+        if ref == "#":
+            return self.root
         if not ref.startswith("#/"):
             raise SchemaError(f"Unsupported ref: {ref}")
         target = self.root
@@ -46,6 +49,8 @@ class _Generator:
         return target
 
     def value(self, schema: object, depth: int = 0) -> object:
+        if depth > _MAX_DEPTH:  # a schema that requires itself: no finite value (a model would hit max_tokens)
+            raise SchemaError(f"Schema nests deeper than {_MAX_DEPTH} levels")
         if schema is True or (isinstance(schema, dict) and not schema):
             return self.any_value(depth)
         if not isinstance(schema, dict):

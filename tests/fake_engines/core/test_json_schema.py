@@ -19,6 +19,7 @@ SCHEMAS = [
     {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"},
     {"$defs": {"p": {"type": "boolean"}}, "type": "array", "items": {"$ref": "#/$defs/p"}, "maxItems": 3},
     {"type": "string", "format": "date"},
+    {"type": "object", "properties": {"child": {"$ref": "#"}, "n": {"type": "integer"}}, "required": ["n"]},
 ]
 
 
@@ -37,6 +38,7 @@ def test_generated_json_validates_against_its_schema_and_is_deterministic_per_se
     ({"type": "hiccup"}, 'Unrecognized schema: {"type":"hiccup"}'),
     ({"type": "string", "pattern": "[a-z]+"}, "Pattern must start with '^' and end with '$'"),
     ({"$ref": "#/$defs/missing"}, "Error resolving ref #/$defs/missing"),
+    ({"type": "object", "properties": {"me": {"$ref": "#"}}, "required": ["me"]}, "Schema nests deeper than 64"),
 ])
 def test_schemas_llama_cpp_cannot_convert_are_refused_with_its_message(schema, message):
     with pytest.raises(SchemaError, match=re.escape(message)):
