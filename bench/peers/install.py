@@ -61,6 +61,9 @@ def versions(root: Path = PEERS_DIR) -> dict[str, str]:
     out = {}
     for p in PIP_PEERS:
         pkg = p.requirement.split("[")[0]
+        if not (root / p.name / "bin" / "python").exists():  # not installed (a run with --only)
+            out[p.name] = "missing"
+            continue
         res = subprocess.run([str(root / p.name / "bin" / "python"), "-c",
                               f"import importlib.metadata as m; print(m.version({pkg!r}))"],
                              capture_output=True, text=True)
