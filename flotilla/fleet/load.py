@@ -215,5 +215,8 @@ def _check_scaled_group(fleet: Fleet) -> None:
         raise ConfigError("autoscaler.engines", fleet.autoscaler.engines, "names no engine group")
     group = fleet.scaled_group()
     assert group is not None
+    if group.role == "prefill":  # the proxy's autoscaler grows its ordinary pool: the decode pool
+        raise ConfigError("autoscaler.engines", group.name, "is a prefill group; only a decode or colocated "
+                          "group can be autoscaled")
     fleet.autoscaler.check(group)
 

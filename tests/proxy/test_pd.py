@@ -11,6 +11,7 @@ import socket
 import aiohttp
 import pytest
 
+from fake_engines.driver.faults import FaultConfig, FaultInjector
 from fake_engines.factory.vllm_config import kv_transfer_config_of
 from fake_engines.vllm.config import VllmServeConfig
 from fake_engines.vllm.server import start_vllm
@@ -35,8 +36,8 @@ def _engine(**overrides) -> VllmServeConfig:
 async def engines():
     started = []
 
-    async def start(config: VllmServeConfig) -> str:
-        running = await start_vllm(config, cold_start=False)
+    async def start(config: VllmServeConfig, faults: FaultInjector | None = None) -> str:
+        running = await start_vllm(config, cold_start=False, faults=faults)
         await running.wait_ready()
         started.append(running)
         return f"http://127.0.0.1:{running.port}"
@@ -50,10 +51,10 @@ async def engines():
 async def pd_proxy():
     started = []
 
-    async def start(prefill: list[str], decode: list[str]) -> str:
+    async def start(prefill: list[str], decode: list[str], prefill_policy: str = "prefix-aware") -> str:
         config = ProxyConfig(port=0, backends=[BackendSpec(url, flavor="vllm") for url in decode],
                              prefill_backends=[BackendSpec(url, flavor="vllm") for url in prefill],
-                             policy="least-load", prefill_policy="prefix-aware",
+                             policy="least-load", prefill_policy=prefill_policy,
                              health=HealthConfig(interval_s=0.2, timeout_s=0.5))
         running = await start_proxy(config)
         started.append(running)
@@ -64,22 +65,27 @@ async def pd_proxy():
         await running.close()
 
 
-async def _ask(session: aiohttp.ClientSession, url: str, stream: bool) -> tuple[str, dict]:
-    """The text and usage of one completion (a stream's text joined, its usage event)."""
-    body = {"model": "m", "prompt": PROMPT, "max_tokens": 16, "stream": stream}
+async def _ask(session: aiohttp.ClientSession, url: str, stream: bool, chat: bool = False) -> tuple[str, dict]:
+    """The text and usage of one completion or chat completion (a stream's text joined, its usage event)."""
+    body: dict = {"model": "m", "max_tokens": 16, "stream": stream}
+    if chat:
+        body["messages"] = [{"role": "user", "content": PROMPT}]
+    else:
+        body["prompt"] = PROMPT
     if stream:
         body["stream_options"] = {"include_usage": True}
-    async with session.post(url + "/v1/completions", json=body) as resp:
+    async with session.post(url + ("/v1/chat/completions" if chat else "/v1/completions"), json=body) as resp:
         assert resp.status == 200, await resp.text()
         if not stream:
             answer = await resp.json()
-            return answer["choices"][0]["text"], answer["usage"]
+            choice = answer["choices"][0]
+            return choice["message"]["content"] if chat else choice["text"], answer["usage"]
         text, usage = "", {}
         for line in (await resp.text()).splitlines():
             if line.startswith("data: {"):
                 event = json.loads(line[6:])
                 usage = event.get("usage") or usage
-                text += "".join(c.get("text", "") for c in event["choices"])
+                text += "".join((c.get("delta") or {}).get("content") or c.get("text", "") for c in event["choices"])
         return text, usage
 
 
@@ -94,24 +100,24 @@ async def test_pd_request_through_the_proxy_matches_colocated_tokens_and_usage(e
     decode = await engines(_engine(kv_transfer_config=kv_transfer_config_of(NIXL), kv_link="eth100"))
     proxy = await pd_proxy([prefill], [decode])
     async with aiohttp.ClientSession() as session:
-        for stream in (False, True):
-            expected = await _ask(session, colocated, stream)
-            got = await _ask(session, proxy, stream)
+        for chat, stream in ((False, False), (False, True), (True, True)):
+            expected = await _ask(session, colocated, stream, chat)
+            got = await _ask(session, proxy, stream, chat)
             assert got == expected
             assert got[1]["prompt_tokens"] == expected[1]["prompt_tokens"] > 1000  # the prompt counted once
         router = await _metrics(session, proxy)
-        assert value(router, "flotilla_pd_requests_total", outcome="pd") == 2
+        assert value(router, "flotilla_pd_requests_total", outcome="pd") == 3
         assert value(router, "flotilla_pd_requests_total", outcome="fallback") == 0
-        assert value(router, "flotilla_pd_prefill_seconds_count") == 2
+        assert value(router, "flotilla_pd_prefill_seconds_count") == 3
         decoded = await _metrics(session, decode)
-        assert value(decoded, "vllm:nixl_xfer_time_seconds_count") == 2
+        assert value(decoded, "vllm:nixl_xfer_time_seconds_count") == 3
         transfer_s = value(decoded, "vllm:nixl_xfer_time_seconds_sum")
-        assert transfer_s > 0.01  # the first pull: every block of the prompt over 100 GbE
+        assert transfer_s > 0.01  # the first pulls: every block of the prompt over 100 GbE
         assert value(decoded, "vllm:time_to_first_token_seconds_sum") >= transfer_s
-        assert value(decoded, "vllm:request_prefill_kv_computed_tokens_sum") == 2  # last prompt tokens only
+        assert value(decoded, "vllm:request_prefill_kv_computed_tokens_sum") == 3  # last prompt tokens only
         prefilled = await _metrics(session, prefill)
-        assert value(prefilled, "vllm:request_success_total") == 2
-        assert value(prefilled, "vllm:generation_tokens_total") == 2  # max_tokens 1 each
+        assert value(prefilled, "vllm:request_success_total") == 3
+        assert value(prefilled, "vllm:generation_tokens_total") == 3  # max_tokens 1 each
         await wait_until(lambda: _freed(session, prefill), what="prefill blocks freed after the pulls")
 
 
@@ -136,6 +142,21 @@ async def test_prefill_replica_down_falls_back_to_local_prefill_on_the_decode_re
         decoded = await _metrics(session, decode)
         assert value(decoded, "vllm:nixl_xfer_time_seconds_count") == 0
         assert value(decoded, "vllm:request_prefill_kv_computed_tokens_sum") > 1000  # computed here
+
+
+async def test_a_failing_prefill_replica_is_retried_on_another(engines, pd_proxy):
+    failing = await engines(_engine(kv_transfer_config=kv_transfer_config_of(NIXL)),
+                            FaultInjector(FaultConfig(error_status=503, error_rate=1.0)))
+    prefill = await engines(_engine(kv_transfer_config=kv_transfer_config_of(NIXL)))
+    decode = await engines(_engine(kv_transfer_config=kv_transfer_config_of(NIXL)))
+    proxy = await pd_proxy([failing, prefill], [decode], prefill_policy="round-robin")
+    async with aiohttp.ClientSession() as session:
+        for _ in range(2):  # round-robin: one of the two tries the failing replica first
+            await _ask(session, proxy, False)
+        router = await _metrics(session, proxy)
+        assert value(router, "flotilla_pd_requests_total", outcome="pd") == 2
+        assert value(router, "flotilla_pd_prefill_failures_total", backend=failing, reason="status_503") >= 1
+        assert value(await _metrics(session, decode), "vllm:nixl_xfer_time_seconds_count") == 2
 
 
 def test_prefill_body_is_the_toy_proxys_and_the_flags_build_two_pools():
@@ -186,3 +207,5 @@ engines:
         parse_fleet_file("engines:\n  - {flavor: llamacpp, model: llama-3.1-8b, role: prefill}\n")
     with pytest.raises(ConfigError, match="role"):
         parse_fleet_file("engines:\n  - {flavor: vllm, model: llama-3.1-8b, role: prefil}\n")
+    with pytest.raises(ConfigError, match="prefill group"):  # the autoscaler grows the decode pool
+        parse_fleet_file(text + "autoscaler: {engines: p}\n")
