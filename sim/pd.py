@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import random
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,8 @@ from loadgen.results import RunResult, Slo
 from loadgen.stats import summarize
 from loadgen.trace import TraceRequest
 from policies.routing.registry import create_policy
+from policies.scaling import ScalingSignals
+from sim.autoscale import SimAutoscaler
 from sim.build import EngineSpec, engine_replica, engine_replicas, job_factory, simulated_autoscaler
 from sim.events import Event, Phase
 from sim.fleet import FleetSim, Replica
@@ -151,6 +153,30 @@ class PullingReplica:
         return self.inner.metrics()
 
 
+@dataclass
+class PoolAutoscaler(SimAutoscaler):
+    """A pool's autoscaler: the fleet's signals plus the pool's own latency over the interval
+    (prefill: its TTFT, arrival to prefill done; decode: the clients' TPOT), as a p90."""
+
+    latency_signal: str = "ttft_p90_s"
+    finished: list[float] = field(default_factory=list)
+    """Latencies of the requests the pool finished since the last decision."""
+
+    def sample(self, now_s: float, metrics: Sequence[ReplicaMetrics], held: int) -> ScalingSignals:
+        base = super().sample(now_s, metrics, held)
+        values, self.finished = sorted(self.finished), []
+        if not values:
+            return base
+        return dataclasses.replace(base, **{self.latency_signal: values[min(len(values) - 1, int(0.9 * len(values)))]})
+
+
+def _pool_autoscaler(scaler: SimAutoscaler | None, latency_signal: str) -> PoolAutoscaler | None:
+    if scaler is None:
+        return None
+    return PoolAutoscaler(policy=scaler.policy, cold_start_s=scaler.cold_start_s, capacity_rps=scaler.capacity_rps,
+                          latency_signal=latency_signal)
+
+
 class _PrefillPool(FleetSim):
     """The prefill pool: its first token goes back to the router, not to the client."""
 
@@ -166,6 +192,8 @@ class _PrefillPool(FleetSim):
                   completion_tokens: int) -> None:
         p = self.pending[job.index]
         super().on_finish(job, now_s, prompt_tokens, cached_tokens, completion_tokens)
+        if isinstance(self.autoscaler, PoolAutoscaler):
+            self.autoscaler.finished.append(now_s - job.arrival_s)
         self.handoff(p.request, job.index, p.replica, now_s)
 
 
@@ -173,6 +201,13 @@ class _DecodePool(FleetSim):
     """The decode pool: requests come from the prefill pool, not from the trace."""
 
     upstream: FleetSim | None = None
+
+    def on_finish(self, job: SimJob, now_s: float, prompt_tokens: int, cached_tokens: int,
+                  completion_tokens: int) -> None:
+        record = self.pending[job.index].record
+        super().on_finish(job, now_s, prompt_tokens, cached_tokens, completion_tokens)
+        if isinstance(self.autoscaler, PoolAutoscaler) and record.tpot_s is not None:
+            self.autoscaler.finished.append(record.tpot_s)
 
     def _finished(self) -> bool:
         return (self.upstream is not None and self.upstream._finished()) and not self.pending and not self.held
@@ -215,18 +250,19 @@ class PdSim:
             return PullingReplica(engine_replica(engine, index, listener), shared, block_bytes, block,
                                   self._pulled, self.stats)
 
-        def scaler(policy: str | None, members):  # type: ignore[no-untyped-def]
-            return simulated_autoscaler(members, policy, cold_start, spec) if policy else None
+        def scaler(policy: str | None, members, latency_signal: str):  # type: ignore[no-untyped-def]
+            built = simulated_autoscaler(members, policy, cold_start, spec) if policy else None
+            return _pool_autoscaler(built, latency_signal)
 
         self.prefill = _PrefillPool(
             make_replica=members_p.make_replica, num_replicas=members_p.count,
             policy=create_policy(fleet.prefill_policy, rng=random.Random(seed)), make_job=prefill_job,
-            scrape_interval_s=scrape_interval_s, autoscaler=scaler(fleet.prefill_autoscale, members_p),
+            scrape_interval_s=scrape_interval_s, autoscaler=scaler(fleet.prefill_autoscale, members_p, "ttft_p90_s"),
             gpus_of=members_p.gpus)
         self.decode = _DecodePool(
             make_replica=make_decode, num_replicas=members_d.count,
             policy=create_policy(fleet.decode_policy, rng=random.Random(seed + 1)), make_job=decode_job,
-            scrape_interval_s=scrape_interval_s, autoscaler=scaler(fleet.decode_autoscale, members_d),
+            scrape_interval_s=scrape_interval_s, autoscaler=scaler(fleet.decode_autoscale, members_d, "tpot_p90_s"),
             gpus_of=members_d.gpus, queue=self.prefill.queue)
         self.decode.upstream = self.prefill
         self.prefill.handoff = self._handoff  # type: ignore[method-assign]
@@ -290,7 +326,8 @@ class PdSim:
                    "decode_autoscale": fleet.decode_autoscale,
                    "prefill_ttft_p50_s": prefill_result.summary.ttft_s.p50,
                    "prefill_peak_replicas": prefill_result.meta.get("peak_ready_replicas"),
-                   "decode_peak_replicas": max(n for _, n in self.decode.replica_counts)},
+                   "decode_peak_replicas": max(n for _, n in self.decode.replica_counts),
+                   "prefill_scale_events": _steps(self.prefill), "decode_scale_events": _steps(self.decode)},
             "gpus": (fleet.prefill_replicas + fleet.decode_replicas) * tp,
             "kv_transfer": {"pulls": len(pulls), "blocks": self.stats.blocks,
                             "bytes_per_gpu": self.stats.bytes_per_gpu,
@@ -300,6 +337,11 @@ class PdSim:
                                              if self.stats.alone_s else None),
                             "peak_concurrent": max((link.peak_flows for link in self.links), default=0)},
         }
+
+
+def _steps(pool: FleetSim) -> list[tuple[float, int]]:
+    """A pool's scale events as (virtual time, replicas after)."""
+    return [(e.at_s, e.to_replicas) for e in (pool.autoscaler.scale_events if pool.autoscaler else ())]
 
 
 def simulate_pd(workload: Workload, spec: EngineSpec, fleet: PdFleet, seed: int = 0, slo: Slo | None = None,

@@ -43,6 +43,9 @@ class ScalingSignals:
     """90th percentile time to first token (seconds)."""
     ttft_p99_s: float | None = None
     """99th percentile time to first token (seconds)."""
+    tpot_p90_s: float | None = None
+    """90th percentile time per output token over the sample's window (seconds): a decode
+    pool's latency signal (P/D fleets, `pd-decode`)."""
     replica_capacity_rps: float | None = None
     """Requests per second one replica completes when full, at the mean prompt and output lengths
     of the requests that arrived since the previous sample: the capacity model's figure
@@ -66,7 +69,7 @@ class ScalingSignals:
 
 
 # Signals already averaged over replicas; every other signal is a fleet total.
-AVERAGED_SIGNALS = frozenset({"kv_cache_usage", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s"})
+AVERAGED_SIGNALS = frozenset({"kv_cache_usage", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p90_s"})
 # `concurrency` is Knative's metric: requests in the system (running plus waiting).
 DERIVED_SIGNALS = frozenset({"concurrency", "waiting", "running"})
 SIGNAL_NAMES = frozenset(f.name for f in fields(ScalingSignals) if f.name != "at_s") | DERIVED_SIGNALS

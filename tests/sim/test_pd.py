@@ -88,3 +88,20 @@ def test_a_pd_fleet_needs_vllm_and_a_known_link() -> None:
         PdFleet(1, 1, kv_link="carrier-pigeon")
     with pytest.raises(ValueError, match="vLLM"):
         PdSim(EngineSpec(kind="fixed"), PdFleet(1, 1))
+
+
+@pytest.mark.parametrize(("requests", "grows"), [
+    # long prompts, short answers: prefill is the bottleneck
+    ([TraceRequest(timestamp_s=0.1 * i, input_length=8000, output_length=8) for i in range(150)], "prefill"),
+    # short prompts, long answers: decode is
+    ([TraceRequest(timestamp_s=0.05 * i, input_length=200, output_length=400) for i in range(300)], "decode"),
+])
+def test_each_pool_scales_on_its_own_signals(requests: list[TraceRequest], grows: str) -> None:
+    spec = EngineSpec(model="llama-3.1-8b", gpu="h100", num_gpu_blocks_override=1500,
+                      scheduler={"max_model_len": 16384})
+    limits = "interval_s=3,scale_down_cooldown_s=60,max_replicas=6"
+    fleet = PdFleet(1, 1, "round-robin", "least-load", "ib400", f"pd-prefill:{limits}", f"pd-decode:{limits}")
+    pd = PdSim(spec, fleet, cold_start=3.0).run(requests).meta["pd"]
+    other = "decode" if grows == "prefill" else "prefill"
+    assert pd[f"{grows}_peak_replicas"] >= 2 and pd[f"{grows}_scale_events"][0][1] >= 2
+    assert pd[f"{other}_peak_replicas"] == 1 and pd[f"{other}_scale_events"] == []

@@ -11,7 +11,8 @@ from policies.scaling.seed import SeedPolicy
 
 
 def test_built_in_policies_are_listed_by_name() -> None:
-    assert registry.available_policies() == ["cold-start-aware", "kpa", "seed", "slo-capacity", "target-tracking"]
+    assert registry.available_policies() == ["cold-start-aware", "kpa", "pd-decode", "pd-prefill", "seed", "slo-capacity",
+                                             "target-tracking"]
 
 
 def test_spec_settings_fill_the_policy_config_and_the_shared_limits_by_type() -> None:
@@ -34,7 +35,8 @@ def test_unknown_policy_lists_the_valid_names() -> None:
     with pytest.raises(registry.UnknownPolicyError) as exc:
         registry.create_policy("hpa")
     assert str(exc.value) == (
-        "unknown scaling policy 'hpa'; valid policies: cold-start-aware, kpa, seed, slo-capacity, target-tracking")
+        "unknown scaling policy 'hpa'; valid policies: cold-start-aware, kpa, pd-decode, pd-prefill, seed, slo-capacity, "
+        "target-tracking")
 
 
 @pytest.mark.parametrize(("spec", "field", "message"), [
