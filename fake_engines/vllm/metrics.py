@@ -69,6 +69,10 @@ class StepRecord:
     """Prompt tokens looked up in the prefix cache in this step."""
     prefix_hits_tokens: int = 0
     """Prompt tokens found in the prefix cache in this step."""
+    external_queries_tokens: int = 0
+    """P/D decode side: prompt tokens of requests admitted with KV to load from a prefill engine."""
+    external_hits_tokens: int = 0
+    """Of those, tokens whose KV was loaded (not computed, not a local hit)."""
     num_running: int = 0
     """Requests in the running set after the step."""
     num_waiting: int = 0
@@ -283,19 +287,28 @@ class VllmMetrics:
         self.prompt_tokens.labels(**lab).inc(step.prompt_tokens)
         self.generation_tokens.labels(**lab).inc(step.generation_tokens)
         self.preemptions.labels(**lab).inc(step.preemptions)
-        self._record_prefix(lab, step.prefix_queries_tokens, step.prefix_hits_tokens)
+        self._record_prefix(lab, step.prefix_queries_tokens, step.prefix_hits_tokens, step.external_hits_tokens)
+        if step.external_queries_tokens:  # the KV connector's lookups (vLLM's connector_prefix_cache_stats)
+            self._record_external(lab, step.external_queries_tokens, step.external_hits_tokens)
         for ttft_s in step.ttfts_s:
             self.ttft.labels(**lab).observe(ttft_s)
         for itl_s in step.itls_s:
             self.itl.labels(**lab).observe(itl_s)
 
-    def _record_prefix(self, lab: dict[str, str], queries: int, hits: int) -> None:
+    def _record_prefix(self, lab: dict[str, str], queries: int, hits: int, external: int = 0) -> None:
         self.prefix_queries.labels(**lab).inc(queries)
         self.prefix_hits.labels(**lab).inc(hits)
         self.prompt_cached.labels(**lab).inc(hits)
         self.cached_by_source.labels(**lab, source="device").inc(hits)
         self.prompt_by_source.labels(**lab, source="local_cache_hit").inc(hits)
-        self.prompt_by_source.labels(**lab, source="local_compute").inc(queries - hits)
+        self.prompt_by_source.labels(**lab, source="local_compute").inc(queries - hits - external)
+
+    def _record_external(self, lab: dict[str, str], queries: int, hits: int) -> None:
+        """Loaded tokens: external_kv_transfer (not local_compute) and cached (local + external)."""
+        self.ext_queries.labels(**lab).inc(queries)
+        self.ext_hits.labels(**lab).inc(hits)
+        self.prompt_cached.labels(**lab).inc(hits)
+        self.prompt_by_source.labels(**lab, source="external_kv_transfer").inc(hits)
 
     def record_finished(self, done: FinishedRecord, engine: str = "0") -> None:
         """Per-request histograms and request_success, observed once per finished request."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -70,7 +71,13 @@ class VllmTelemetry:
         ttfts = [report.finished_s - report.handles[o.request_id].times.arrival_s
                  for o in report.outputs if o.is_first_token and o.request_id in report.handles]
         itls = [report.finished_s - prev for prev in report.previous_token_s.values()]
-        return self._delta_record(stats, report.step.batch.tokens, ttfts, itls)
+        record = self._delta_record(stats, report.step.batch.tokens, ttfts, itls)
+        loaded = [report.handles[rid].request for rid in report.step.new_request_ids
+                  if rid in report.handles and report.handles[rid].request.remote_prefill]
+        if loaded:
+            record = dataclasses.replace(record, external_queries_tokens=sum(r.num_prompt_tokens for r in loaded),
+                                         external_hits_tokens=sum(r.num_external_tokens for r in loaded))
+        return record
 
     def _delta_record(self, stats: SchedulerStats, iteration_tokens: int, ttfts: list[float],
                       itls: list[float]) -> StepRecord:

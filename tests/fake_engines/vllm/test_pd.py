@@ -133,6 +133,15 @@ async def test_pd_request_gives_the_colocated_tokens_and_usage_with_the_transfer
         assert value(text, "vllm:time_to_first_token_seconds_sum") >= transfer_s
         # the prompt was not computed again: only its last token, to sample the next
         assert value(text, "vllm:request_prefill_kv_computed_tokens_sum") == 2
+        assert value(text, "vllm:prompt_tokens_by_source_total", source="local_compute") == 2
+        loaded = value(text, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer")
+        local = value(text, "vllm:prompt_tokens_by_source_total", source="local_cache_hit")
+        # the second found the first's full blocks locally and loaded the rest but for the last token
+        assert local == (prompt_tokens - 1) // 16 * 16
+        assert loaded == (prompt_tokens - 1) + (prompt_tokens - 1 - local)
+        assert value(text, "vllm:external_prefix_cache_hits_total") == loaded
+        assert value(text, "vllm:external_prefix_cache_queries_total") == 2 * prompt_tokens
+        assert value(text, "vllm:prompt_tokens_cached_total") == 2 * (prompt_tokens - 1)
         colocated_text = await _metrics(session, colocated)
         assert value(colocated_text, "vllm:request_prefill_kv_computed_tokens_sum") > 2 * 1000
 
