@@ -118,7 +118,7 @@ class _Parser:
                 return ord(simple[esc]), pos + 2
             if esc:
                 raise GrammarError(f"unknown escape at {self.src[pos:]}")
-            raise GrammarError(f"unexpected end of input")
+            raise GrammarError("unexpected end of input")
         if pos >= len(self.src):
             raise GrammarError("unexpected end of input")
         return ord(self.src[pos]), pos + 1

@@ -231,6 +231,13 @@ def schema_value(schema: object, rng: random.Random) -> object:
     return _Generator(schema, rng).value(schema)
 
 
+def regex_text(pattern: str, rng: random.Random) -> str:
+    """A string the whole of which `pattern` matches (anchors optional), drawn from `rng`;
+    SchemaError for syntax it cannot generate from (look-arounds, back-references)."""
+    core = pattern[1 if pattern.startswith("^") else 0:len(pattern) - 1 if pattern.endswith("$") else None]
+    return _Generator(None, rng).pattern(f"^{core}$")
+
+
 def schema_text(schema: object, rng: random.Random) -> str:
     """`schema_value` as the text a model writes under llama.cpp's JSON grammar (a space after
     `,` and `:`, which its `space` rule allows)."""

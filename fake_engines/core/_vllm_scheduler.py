@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import bisect
-import random
 from collections import deque
 
 from fake_engines.core import _decode_run
 from fake_engines.core._config import VllmSchedulerConfig
-from fake_engines.core._generator import next_token_ids, token_stream
+from fake_engines.core._generator import TokenSource, next_token_ids, request_tokens
 from fake_engines.core._kv_cache_manager import KVCacheManager
 from fake_engines.core._progress import advance_request
 from fake_engines.core._request import (
@@ -70,7 +69,7 @@ class VllmScheduler:
         self.requests: dict[str, EngineRequest] = {}
         self.held_for_transfer: dict[str, EngineRequest] = {}
         """P/D prefill side: finished requests whose blocks wait for a decode engine's pull."""
-        self._streams: dict[str, random.Random] = {}
+        self._streams: dict[str, TokenSource] = {}
         self._in_flight: dict[int, ScheduledStep] = {}
         self._in_flight_ids: set[str] = set()
         self._next_step_id = 0
@@ -94,7 +93,7 @@ class VllmScheduler:
             raise ValueError(f"request id {request.request_id!r} is already in the engine")
         request.status = RequestStatus.WAITING
         self.requests[request.request_id] = request
-        self._streams[request.request_id] = token_stream(self.config.seed, request.request_id)
+        self._streams[request.request_id] = request_tokens(self.config.seed, request.request_id, request.sampling)
         self._enqueue(request, front=False)
 
     def _enqueue(self, request: EngineRequest, front: bool) -> None:

@@ -11,7 +11,7 @@ import random
 import struct
 from dataclasses import dataclass
 
-from fake_engines.core import OutputLengthSampler, Sampling, VOCAB_SIZE, decode, encode
+from fake_engines.core import VOCAB_SIZE, OutputLengthSampler, Sampling, decode, encode
 from fake_engines.core._generator import biased_words
 from fake_engines.core._grammar import Grammar, GrammarError, generate, parse_grammar
 from fake_engines.core._json_schema import SchemaError, schema_text, schema_value

@@ -21,12 +21,17 @@ from fake_engines.driver import logprobs as made_up
 from fake_engines.driver.live import RequestHandle
 from fake_engines.driver.serving import json_body, write_sse
 from fake_engines.driver.stops import cut_at_stop
-from fake_engines.llamacpp import shapes
+from fake_engines.llamacpp import shapes, vocab
 from fake_engines.llamacpp.app import SERVER_KEY, LlamaServer
 from fake_engines.llamacpp.chat_checks import check_chat_body
-from fake_engines.llamacpp.constrained import Constraints, parse_constraints, plan, sampling_key, settings_logit_bias
+from fake_engines.llamacpp.constrained import (
+    Constraints,
+    parse_constraints,
+    plan,
+    sampling_key,
+    settings_logit_bias,
+)
 from fake_engines.llamacpp.errors import LlamaError, max_tokens, parse_json, typed
-from fake_engines.llamacpp import vocab
 from fake_engines.llamacpp.progress import progress_reports
 from fake_engines.llamacpp.prompts import tokenize_prompts
 from fake_engines.llamacpp.telemetry import request_timings

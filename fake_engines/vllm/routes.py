@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from aiohttp import web
 
-from fake_engines.core import EngineRequest, RequestRejected, decode, encode
+from fake_engines.core import EngineRequest, RequestRejected, Sampling, decode, encode
 from fake_engines.driver import logprobs as made_up
 from fake_engines.driver.chat import chat_prompt
 from fake_engines.driver.serving import json_body, write_sse
@@ -23,6 +24,7 @@ from fake_engines.vllm import errors, nixl, shapes
 from fake_engines.vllm import logprobs as vllm_logprobs
 from fake_engines.vllm.app import SERVER_KEY, VllmServer
 from fake_engines.vllm.choices import Choice
+from fake_engines.vllm.structured import Structured, parse_structured
 from fake_engines.vllm.telemetry import RequestParams
 
 SSE_HEADERS = {"content-type": "text/event-stream; charset=utf-8"}
@@ -68,6 +70,8 @@ class GenerationRequest:
     """Likeliest tokens to report per prompt token (`prompt_logprobs`); None: none."""
     kv_transfer_params: dict | None = None
     """Disaggregated prefill/decode parameters (fake_engines/vllm/nixl.py); None: colocated."""
+    structured: Structured | None = None
+    """structured_outputs / response_format: the text follows it, then the request ends."""
 
 
 def _logprobs_param(body: dict, chat: bool) -> int | None:
@@ -157,7 +161,7 @@ def parse_generation(server: VllmServer, body: dict, chat: bool) -> GenerationRe
                              ignore_eos=bool(body.get("ignore_eos")), stop=_stop_strings(body),
                              logprobs=logprobs, echo=not chat and errors.lax_bool(body, "echo"), seed=seed,
                              sampled=temperature is None or temperature > 0, prompt_logprobs=prompt_logprobs,
-                             kv_transfer_params=_kv_transfer_params(body))
+                             kv_transfer_params=_kv_transfer_params(body), structured=parse_structured(body))
 
 
 def _kv_transfer_params(body: dict) -> dict | None:
@@ -193,8 +197,14 @@ def _budget(server: VllmServer, req: GenerationRequest, prompt: list[int]) -> in
 def _submit_one(server: VllmServer, req: GenerationRequest, prompt: list[int], first_sample: bool,
                 role: str | None = None) -> Choice:
     budget = _budget(server, req, prompt)
-    engine_request = EngineRequest(request_id=server.request_id(), prompt_token_ids=prompt, max_tokens=budget,
-                                   output_len=server.sampler.sample(budget, req.ignore_eos), lora=req.lora,
+    request_id = server.request_id()
+    sampling, output_len = None, server.sampler.sample(budget, req.ignore_eos)
+    if req.structured is not None:  # seeded by the request's seed, else per request as vLLM's sampler
+        key = f"{server.config.seed if req.seed is None else req.seed}/{request_id if req.seed is None else prompt}"
+        planned = tuple(encode(req.structured.text(random.Random(key))))
+        sampling, output_len = Sampling(key, planned), budget if req.ignore_eos else len(planned)
+    engine_request = EngineRequest(request_id=request_id, prompt_token_ids=prompt, max_tokens=budget,
+                                   output_len=output_len, lora=req.lora, sampling=sampling,
                                    kv_transfer_hold=role == "prefill", remote_prefill=role == "decode",
                                    waiting_for_remote_kvs=role == "decode")
     unit = server.pick_engine()
