@@ -365,3 +365,20 @@ def compare_pd(workload: Workload, spec: EngineSpec, fleets: Iterable[PdFleet], 
     for fleet in fleets:
         results.append(simulate_pd(workload, spec, fleet, seed, slo, scrape_interval_s))
     return results
+
+
+def check_splits(spec: EngineSpec, splits: Iterable[tuple[int, int]], colocated_replicas: int, kv_link: str,
+                 rate_rps: float, input_len: int, output_len: int, slo: Slo, requests: int = 300,
+                 seed: int = 0) -> list[RunResult]:
+    """`flotilla plan pd`'s check: the colocated fleet and each (prefill, decode) split, on the same
+    Poisson arrivals of `requests` requests of the planned shape at `rate_rps`."""
+    from loadgen.synthetic import synthetic_requests
+
+    duration = requests / rate_rps
+    workload_spec = f"poisson:rate={rate_rps:.6g},duration={duration:.6g},input={input_len},output={output_len}"
+
+    def workload() -> list[TraceRequest]:
+        return list(synthetic_requests(workload_spec, seed=seed))
+
+    fleets = [PdFleet(p, d, kv_link=kv_link) for p, d in splits]
+    return compare_pd(workload, spec, fleets, colocated_replicas, seed=seed, slo=slo)

@@ -29,6 +29,7 @@ TOPICS: dict[str, str] = {
     "coldstart": "coldstart",
     "step": "step",
     "autoscale": "autoscale",
+    "pd": "pd",
 }
 
 

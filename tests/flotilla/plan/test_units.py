@@ -24,6 +24,7 @@ RUNS = {
     "coldstart": ["--model", "llama-3.1-8b", "--source", "disk=3"],
     "step": ["--model", "llama-3.1-8b", "--gpu", "h100", "--batch", "8"],
     "autoscale": ["--duration", "120"],
+    "pd": ["--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "4", "--check", "0"],
 }
 
 

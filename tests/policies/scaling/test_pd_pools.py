@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from policies.scaling import ConfigError, FleetState, Reason, ReplicaInfo, ReplicaState, ScalingSignals, create_policy
+from policies.scaling import (
+    ConfigError,
+    FleetState,
+    Reason,
+    ReplicaInfo,
+    ReplicaState,
+    ScalingSignals,
+    create_policy,
+)
 
 
 def _fleet(ready: int, now_s: float = 100.0) -> FleetState:
