@@ -30,6 +30,8 @@ class Constraints:
 
     grammar: Grammar | None = None
     """The parsed grammar (from `grammar`)."""
+    grammar_text: str = ""
+    """The grammar as sent (generation_settings.grammar)."""
     schema: object = None
     """The JSON schema (from `json_schema` or `response_format`), already checked; None: none."""
     logit_bias: tuple[tuple[int, float], ...] = ()
@@ -93,6 +95,9 @@ def _chat_schema(body: dict) -> object:
             schema = wrapper.get("schema", {}) if isinstance(wrapper, dict) else {}
         elif kind and kind != "text":
             raise LlamaError(400, "response_format type must be one of \"text\" or \"json_object\", but got: " + kind)
+    tools = body.get("tools")
+    if isinstance(tools, list) and tools and body.get("tool_choice", "auto") != "none" and "grammar" in body:
+        raise LlamaError(400, "Cannot use custom grammar constraints with tools.")
     return schema
 
 
@@ -112,7 +117,8 @@ def parse_constraints(body: dict, kind: str) -> Constraints:
     grammar_text = body.get("grammar")
     if isinstance(grammar_text, str) and grammar_text:
         try:
-            return Constraints(grammar=parse_grammar(grammar_text), logit_bias=ids, bias_texts=texts)
+            return Constraints(grammar=parse_grammar(grammar_text), grammar_text=grammar_text, logit_bias=ids,
+                               bias_texts=texts)
         except GrammarError:
             raise LlamaError(400, GRAMMAR_ERROR) from None
     return Constraints(logit_bias=ids, bias_texts=texts)

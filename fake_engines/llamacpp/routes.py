@@ -293,6 +293,7 @@ def _native_final(server: LlamaServer, req: LlamaRequest, handle: RequestHandle,
     request = handle.request
     settings = shapes.generation_settings(req.n_predict, req.stream, req.lora, stop=req.stop)
     settings["logit_bias"] = settings_logit_bias(req.constraints, req.ignore_eos)
+    settings["grammar"] = req.constraints.grammar_text
     settings["n_probs"] = req.n_probs or 0
     settings["post_sampling_probs"] = req.post_sampling_probs
     slot = next((s.id for s in server.driver.core.stats().slots if s.request_id == request.request_id), -1)

@@ -46,6 +46,7 @@ def test_grammar_and_schemas_shape_the_text_and_bad_ones_are_400_as_llama_server
     base = engine.base_url
     status, body = _post(base, "/completion", {"prompt": "x", "n_predict": 32, "grammar": 'root ::= "ab"{2} [0-9]+'})
     assert status == 200 and re.fullmatch(r"abab[0-9]+", body["content"]) and body["stop_type"] == "eos"
+    assert body["generation_settings"]["grammar"] == 'root ::= "ab"{2} [0-9]+'
     schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 9}},
               "required": ["n"], "additionalProperties": False}
     for extra in ({"json_schema": schema}, {"response_format": {"type": "json_schema", "json_schema": {"schema": schema}}}):
@@ -56,6 +57,8 @@ def test_grammar_and_schemas_shape_the_text_and_bad_ones_are_400_as_llama_server
     assert status == 200 and isinstance(json.loads(body["choices"][0]["message"]["content"]), dict)
     refused = [({"grammar": "root ::= this is (not valid GBNF"}, "Failed to initialize samplers: failed to parse grammar"),
                ({"response_format": {"type": "sound"}}, 'response_format type must be one of "text" or "json_object", but got: sound'),
+               ({"grammar": 'root ::= "a"', "tools": [{"type": "function", "function": {"name": "f"}}]},
+                "Cannot use custom grammar constraints with tools."),
                ({"response_format": {"type": "json_object", "schema": {"type": "hiccup"}}},
                 'JSON schema conversion failed:\nUnrecognized schema: {"type":"hiccup"}')]
     for extra, message in refused:
