@@ -69,7 +69,8 @@ def _json_type(value: object) -> str:
         return "null"
     if isinstance(value, bool):
         return "boolean"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), "number")
+    names: dict[type, str] = {str: "string", list: "array", dict: "object"}
+    return names.get(type(value), "number")
 
 
 def _type_error(expected: str, value: object) -> LlamaError:
@@ -271,9 +272,9 @@ def rerank_body(req: RerankRequest, model_id: str, scores: list[float], n_tokens
     """format_response_rerank: results by descending score, cut to top_n (a negative top_n fails
     as std::vector::resize does); TEI gets the bare list."""
     label = "score" if req.tei else "relevance_score"
-    results = [{"index": i, label: s, **({"text": req.documents[i]} if req.return_text else {})}
-               for i, s in enumerate(scores)]
-    results.sort(key=lambda r: -r[label])  # stable: equal scores keep document order
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])  # stable: equal scores keep document order
+    results = [{"index": i, label: scores[i], **({"text": req.documents[i]} if req.return_text else {})}
+               for i in order]
     if req.top_n < 0:
         raise LlamaError(500, "vector::_M_default_append")
     results = results[:req.top_n]

@@ -85,15 +85,16 @@ async def _run_instance(unread: web.Request, instance: object, routes: dict[str,
     aliases: dict[str, str] = {}
     for path in routes:
         aliases.setdefault(gcp_alias(path), path)
-    path = aliases.get(fmt) or (fmt if fmt in routes else None)
-    if path is None:
+    found = aliases.get(fmt) or (fmt if fmt in routes else None)
+    if found is None:
         return _error(f"no handler registered for @requestFormat: {fmt}")
+    path = found
     inner = unread.clone(method=routes[path].method, rel_url=path)
     inner._read_bytes = json.dumps(payload).encode()  # aiohttp's own cache of the body: the handler reads this
     try:
         response = await routes[path].handler(inner)
     except LlamaError as err:
-        return json.loads(err.response().body)
+        return json.loads(err.response().text or "null")
     body = getattr(response, "body", None)
     if not body:
         return None

@@ -62,8 +62,8 @@ def tokenize_subprompt(value: object, add_special: bool) -> list[int]:
     errors otherwise (a runtime_error there: 500)."""
     if isinstance(value, str) or _is_mixed(value):
         return tokenize_mixed(value, add_special)
-    if is_token_list(value):
-        return list(value)  # type: ignore[arg-type]  # ids as given: no BOS added
+    if isinstance(value, list) and is_token_list(value):
+        return list(value)  # ids as given: no BOS added
     if isinstance(value, dict) and "prompt_string" in value:
         if "multimodal_data" in value:
             raise LlamaError(500, "Multimodal data provided, but model does not support multimodal requests.")
