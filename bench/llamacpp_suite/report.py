@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from bench.llamacpp_suite.classify import OUTCOMES, Case
+from bench.llamacpp_suite.out_of_reach import KINDS, out_of_reach
 
 HEADING = "## llama.cpp's server tests"
 
@@ -15,8 +16,8 @@ def render(results: dict[str, list[Case]], command: str) -> str:
     hollow = [c for c in every if c.outcome == "passed" and c.hollow]
     lines = [HEADING, "",
              f"**{totals['passed']} passed, {totals['failed']} failed, {totals['errors']} errors, "
-             f"{totals['skipped']} skipped of {len(every)}** ({len(hollow)} of the passes hollow: they received "
-             "a \"File Not Found\" 404 of a route the look-alike lacks).", "",
+             f"{totals['skipped']} skipped of {len(every)}**.", "",
+             _hollow_line(hollow), "",
              "llama.cpp's own `tools/server/tests` (pytest) from the llama-cpp-python 0.3.36 sdist (commit "
              "0c1e570, the captured build), upstream's default selection (`-m \"not slow\"`, as its `tests.sh`), "
              "run file by file against `fake-llama-server` through `bench/llamacpp_suite/wrapper.py`, which maps "
@@ -27,25 +28,67 @@ def render(results: dict[str, list[Case]], command: str) -> str:
              "`python -m bench.llamacpp_suite unit/test_basic.py`; `--reparse` classifies the last reports again). "
              "A pytest plugin (`bench/llamacpp_suite/plugin.py`) turns the session fixture that pre-downloads every "
              "preset's model (`ServerPreset.load_all`) into a no-op and records every \"File Not Found\" 404 a test "
-             "receives through `make_request`: a pass with one is listed as hollow. Failures are classed by their "
-             "first error line (`bench/llamacpp_suite/classify.py`).", "",
+             "receives through `make_request`: a pass with one is hollow. Each failure carries a reason "
+             "(`bench/llamacpp_suite/classify.py`): a test out of reach by nature is named in "
+             "`bench/llamacpp_suite/out_of_reach.py`, judged from its source (it asserts on a real model's text, "
+             "scores or tokenizer, or needs a file from the hub, the internet or a container engine); every other "
+             "failure is a named difference still open, read from its first error line, the test's failing line "
+             "and the routes it missed.", "",
              "| file | passed | failed | errors | skipped |", "|---|---:|---:|---:|---:|"]
     for file, cases in results.items():
         n = Counter(c.outcome for c in cases)
         lines.append(f"| {file} | " + " | ".join(str(n[o]) for o in OUTCOMES) + " |")
-    lines += ["", "Failures and errors by class (first error line):", "",
-              "| class | tests |", "|---|---:|"]
-    classes = Counter(c.reason for c in every if c.outcome in ("failed", "errors"))
-    lines += [f"| {name} | {count} |" for name, count in classes.most_common()]
-    if hollow:
-        lines += ["", "Hollow passes (route misses seen):", ""]
-        lines += [f"- `{c.nodeid}`: {', '.join(sorted(set(c.hollow)))}" for c in hollow]
-    lines += ["", "<details><summary>Every failure with its first error line</summary>", ""]
-    for c in every:
-        if c.outcome in ("failed", "errors"):
-            lines.append(f"- `{c.nodeid}` ({c.reason}): `{c.first_line.replace('`', '')}`")
+    failures = [c for c in every if c.outcome in ("failed", "errors")]
+    lines += _out_of_reach_table([c for c in failures if c.kind])
+    lines += _differences_table([c for c in failures if not c.kind])
+    passing = [c for c in every if c.outcome == "passed" and out_of_reach(c.nodeid)]
+    if passing:
+        lines += ["", "Passes of tests the table calls out of reach (each is worth a look: an imitation of a real "
+                  "model is no fidelity):", ""]
+        lines += [f"- `{c.nodeid}`" for c in passing]
+    lines += ["", "<details><summary>Every failure with its reason and first error line</summary>", ""]
+    for c in failures:
+        where = f"out of reach, {c.kind}: {c.reason}" if c.kind else c.reason
+        lines.append(f"- `{c.nodeid}` ({where}): `{c.first_line.replace('`', '')}`")
     lines += ["", "</details>", ""]
     return "\n".join(lines)
+
+
+def _hollow_line(hollow: list[Case]) -> str:
+    if not hollow:
+        return ("**Hollow passes: none** (no pass received a \"File Not Found\" 404 of a route the look-alike "
+                "lacks).")
+    listed = "; ".join(f"`{c.nodeid}`: {', '.join(sorted(set(c.hollow)))}" for c in hollow)
+    return f"**Hollow passes: {len(hollow)}** (each received a \"File Not Found\" 404 of a route the look-alike " \
+           f"lacks): {listed}."
+
+
+def _out_of_reach_table(cases: list[Case]) -> list[str]:
+    kinds = Counter(c.kind for c in cases)
+    summary = ", ".join(f"{kind} {n}" for kind, n in kinds.most_common())
+    lines = ["", f"**Out of reach (real weights/text, downloads, container runtime): {len(cases)}**"
+             + (f" ({summary})." if cases else "."), ""]
+    if not cases:
+        return lines
+    lines += ["| kind | what the tests need | tests |", "|---|---|---:|"]
+    reasons = Counter((c.kind, c.reason) for c in cases)
+    for (kind, reason), n in sorted(reasons.items(), key=lambda kv: (-kinds[kv[0][0]], kv[0][0], -kv[1], kv[0][1])):
+        lines.append(f"| {kind} | {_cell(reason)} | {n} |")
+    lines += ["", "Kinds: " + "; ".join(f"{kind}: {KINDS[kind]}" for kind in kinds) + "."]
+    return lines
+
+
+def _differences_table(cases: list[Case]) -> list[str]:
+    lines = ["", f"**Named differences still open: {len(cases)}**" + ("." if not cases else ""), ""]
+    if cases:
+        lines += ["| difference | tests |", "|---|---:|"]
+        lines += [f"| {_cell(reason)} | {n} |" for reason, n in Counter(c.reason for c in cases).most_common()]
+    return lines
+
+
+def _cell(text: str) -> str:
+    """text for a markdown table cell: its `|` (regex alternations) escaped."""
+    return text.replace("|", "\\|")
 
 
 def replace_section(doc: str, section: str) -> str:
