@@ -91,7 +91,7 @@ async def test_only_forwarded_routes_are_held_any_other_post_and_a_refused_body_
     async with never_ready_proxy(hold) as (url, runtime), \
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
         answers = []
-        for path, headers, data in (("/v1/embeddings", {}, b'{"input": "x"}'),
+        for path, headers, data in (("/pooling", {}, b'{"input": "x"}'),
                                     ("/v1/load_lora_adapter", {}, b'{"lora_name": "a"}'),
                                     ("/v1/models", {}, b"{}"),
                                     ("/v1/completions", corrupt, b"not gzip at all")):
