@@ -143,6 +143,7 @@ class LlamaCppScheduler:
         n_cache = 0 if request.is_prompt_only else self._reusable_prefix(slot, request)
         slot.cache_tokens = []
         slot.request = request
+        request.slot_id = slot.id
         slot.id_task = self._next_task
         self._next_task += 1
         slot.last_request_id = request.request_id

@@ -89,6 +89,8 @@ class EngineRequest:
     """Tokens (prompt then output) whose KV is computed or reused from the cache."""
     num_cached_tokens: int | None = None
     """Prompt tokens served from the prefix cache at first scheduling; None until then."""
+    slot_id: int = -1
+    """llama.cpp: the slot that took the request; -1 until then."""
     output_token_ids: list[int] = field(default_factory=list)
     """Generated token ids so far."""
     num_preemptions: int = 0

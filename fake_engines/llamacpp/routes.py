@@ -296,7 +296,7 @@ def _native_final(server: LlamaServer, req: LlamaRequest, handle: RequestHandle,
     settings["grammar"] = req.constraints.grammar_text
     settings["n_probs"] = req.n_probs or 0
     settings["post_sampling_probs"] = req.post_sampling_probs
-    slot = next((s.id for s in server.driver.core.stats().slots if s.request_id == request.request_id), -1)
+    slot = request.slot_id  # not looked up in /slots: a deferred task may have taken the slot since
     stop_type = "word" if last.stopping_word else "limit" if last.reason == "length" else "eos"
     prompt = "".join(vocab.token_pieces(request.prompt_token_ids))  # the prompt as the slot holds it
     final = shapes.native_final(server.config.model_id, prompt, slot, len(request.output_token_ids),

@@ -127,9 +127,9 @@ async def test_a_request_pinned_to_a_busy_slot_waits_without_blocking_others():
             pinned = asyncio.create_task(_complete(s, base, "b", 0))
             free = await _complete(s, base, "c", -1)
             long_done = long.done()
-            await long
+            first = (await long)[1]
             after = await pinned
     finally:
         await running.close()
     assert free["id_slot"] == 1 and not long_done  # served while slot 0 was busy and the pinned one waited
-    assert after["id_slot"] == 0
+    assert (first["id_slot"], after["id_slot"]) == (0, 0)  # the slot that served each, though 0 moved on
