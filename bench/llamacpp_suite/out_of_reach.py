@@ -27,6 +27,8 @@ KINDS: dict[str, str] = {
 
 _STORY = "stories15M"  # ServerPreset.tinyllama2's model, a tiny story generator with a SentencePiece vocabulary
 _IMAGE = "an image fetched from huggingface.co (tinygemma3's test/91_cat.png, 11_truck.png)"
+_MMPROJ = ("tinygemma3's mmproj, which the hub's registry API adds to the model download (the look-alike is "
+           "llama-server without one)")
 
 OUT_OF_REACH: dict[str, tuple[str, str]] = {
     # generated text of a real model
@@ -94,10 +96,11 @@ OUT_OF_REACH: dict[str, tuple[str, str]] = {
     "test_router.py::test_router_remote_preset": (
         DOWNLOAD, "the preset file of the hub repo ggml-org/test-preset-ci (its model names)"),
     "test_compat_anthropic.py::test_anthropic_vision_base64_with_multimodal_model": (DOWNLOAD, _IMAGE),
-    "test_vision_api.py::test_models_supports_multimodal_capability": (
-        DOWNLOAD, "tinygemma3's mmproj, which the hub's registry API adds to the model download"),
+    "test_vision_api.py::test_models_supports_multimodal_capability": (DOWNLOAD, f"{_MMPROJ}: 'multimodal' listed"),
     "test_vision_api.py::test_v1_models_supports_multimodal_capability": (
-        DOWNLOAD, "tinygemma3's mmproj, which the hub's registry API adds to the model download"),
+        DOWNLOAD, f"{_MMPROJ}: 'multimodal' listed"),
+    # without an mmproj llama-server refuses every image part (500) before it looks at the file:// path
+    "test_security.py::test_local_media_file": (DOWNLOAD, f"{_MMPROJ}: a local image read under --media-path"),
     "test_vision_api.py::test_vision_chat_completion[*-True-*]": (
         DOWNLOAD, f"{_IMAGE}, then regex (cat)+ / (frog)+ on tinygemma3's description of it"),
     "test_vision_api.py::test_vision_chat_completion_token_count": (
