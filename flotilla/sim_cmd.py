@@ -150,7 +150,6 @@ def _workload(args: argparse.Namespace, runs: int):  # type: ignore[no-untyped-d
 
 def _spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from fake_engines.perf.batch import Layout
-    from sim.build import EngineSpec
 
     sched = {field: getattr(args, f"eng_{field}") for field, _, kinds in ENGINE_FLAGS.values()
              if args.engine in kinds and getattr(args, f"eng_{field}") is not None}
@@ -194,6 +193,8 @@ def simulate_args(args: argparse.Namespace) -> list:  # type: ignore[type-arg]
     if args.prefill_replicas or args.decode_replicas:
         return _simulate_pd(args)
     fleet = _fleet(args)
+    if fleet is not None and any(g.role for g in fleet.engines):
+        return _simulate_pd_fleet(args, fleet)
     s = _settings(args, fleet)
     runs = len(s["policies"]) * max(1, len(s["autoscale"]))
     delay = {} if args.kv_events_delay is None else {"kv_events_delay_s": args.kv_events_delay}
@@ -221,6 +222,28 @@ def _simulate_pd(args: argparse.Namespace) -> list:  # type: ignore[type-arg]
     return compare_pd(_workload(args, runs), _spec(args), fleets, colocated,
                       (args.policy or [DEFAULT_DECODE_POLICY])[0], args.seed,
                       parse_slo(args.slo) if args.slo else None, args.scrape_interval)
+
+
+def _simulate_pd_fleet(args: argparse.Namespace, fleet) -> list:  # type: ignore[no-untyped-def,type-arg]
+    """`--fleet` with role: prefill and role: decode groups: the P/D fleet (per --kv-link) beside a
+    colocated fleet of the decode group's engine on as many GPUs (--colocated-replicas)."""
+    import dataclasses
+
+    from fake_engines.perf.batch import Layout
+    from loadgen.stats import parse_slo
+    from sim.pd import DEFAULT_DECODE_POLICY, compare_pd, fleet_file_pd
+
+    runs = fleet_file_pd(fleet, args.prefill_policy, args.decode_policy, args.kv_link)
+    prefill, decode = runs[0][0]
+    gpus_each = decode.tensor_parallel * decode.pipeline_parallel
+    gpus = sum(g.replicas * g.tensor_parallel * g.pipeline_parallel for g in (prefill, decode))
+    colocated = gpus // gpus_each if args.colocated_replicas is None else args.colocated_replicas
+    spec = dataclasses.replace(_spec(args), model=decode.model, gpu=decode.gpu,
+                               layout=Layout(tp=decode.tensor_parallel, pp=decode.pipeline_parallel))
+    slo = parse_slo(args.slo) if args.slo else fleet.slo
+    return compare_pd(_workload(args, len(runs) + (1 if colocated else 0)), spec, runs, colocated,
+                      (args.policy or [DEFAULT_DECODE_POLICY])[0], args.seed, slo,
+                      args.scrape_interval or fleet.scrape_interval_s)
 
 
 def _result_options(args: argparse.Namespace) -> tuple[tuple[float, ...], tuple[str, ...]]:
@@ -275,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         json.dump({"runs": [r.to_json() for r in results]}, sys.stdout, indent=1)
         sys.stdout.write("\n")
-    elif args.prefill_replicas:
+    elif results and any("pd" in r.meta for r in results):
         from sim.report import pd_table
         print(pd_table(results))
     else:

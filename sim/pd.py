@@ -34,6 +34,7 @@ from fake_engines.perf.kv_transfer import (
     kv_block_bytes_per_gpu,
     kv_transfer,
 )
+from flotilla.fleet import EngineGroup, Fleet
 from loadgen.cost import Span, cost_meta
 from loadgen.results import RunResult, Slo
 from loadgen.stats import summarize
@@ -41,7 +42,7 @@ from loadgen.trace import TraceRequest
 from policies.routing.registry import create_policy
 from policies.scaling import ScalingSignals
 from sim.autoscale import SimAutoscaler
-from sim.build import EngineSpec, engine_replica, engine_replicas, job_factory, simulated_autoscaler
+from sim.build import EngineSpec, engine_replica, fleet_replicas, job_factory, simulated_autoscaler
 from sim.events import Event, Phase
 from sim.fleet import FleetSim, Replica
 from sim.link import SharedLink
@@ -217,11 +218,16 @@ class PdSim:
     """One run of a workload through a P/D fleet."""
 
     def __init__(self, spec: EngineSpec, fleet: PdFleet, seed: int = 0, slo: Slo | None = None,
-                 scrape_interval_s: float | None = None, cold_start: float | None = None) -> None:
-        if spec.kind != "vllm":
-            raise ValueError("a P/D fleet is a vLLM fleet (the NIXL connector): use --engine vllm")
-        self.spec, self.fleet, self.slo = spec, fleet, slo
-        engine = build_engine(spec.group(seed=seed).engine_config())
+                 scrape_interval_s: float | None = None, cold_start: float | None = None,
+                 groups: tuple[EngineGroup, EngineGroup] | None = None) -> None:
+        """`groups`: the (prefill, decode) engine groups of a fleet file; default: `spec`'s engine
+        for both pools, `fleet`'s replica counts."""
+        if groups is None:
+            if spec.kind != "vllm":
+                raise ValueError("a P/D fleet is a vLLM fleet (the NIXL connector): use --engine vllm")
+            groups = (spec.group(fleet.prefill_replicas, seed), spec.group(fleet.decode_replicas, seed))
+        self.spec, self.fleet, self.slo, self.groups = spec, fleet, slo, groups
+        engine = build_engine(groups[1].engine_config())  # the decode side pulls: its layout's bytes
         config = engine.config
         link = catalogue_of(config.catalogue).link(fleet.kv_link)
         block = config.resolved_block_size  # type: ignore[union-attr]
@@ -230,9 +236,8 @@ class PdSim:
         self.stats = PullStats()
         self.pulled_from: dict[int, tuple[int, float]] = {}  # request -> (prefill replica, pull asked at)
         self.links: list[SharedLink] = []
-        members_p = engine_replicas(spec, fleet.prefill_replicas, seed)
-        members_d = engine_replicas(spec, fleet.decode_replicas, seed)
-        jobs = job_factory(spec)
+        members_p, members_d = (dataclasses.replace(fleet_replicas(Fleet(engines=(g,))), fleet=None) for g in groups)
+        jobs = job_factory()
 
         def prefill_job(req: TraceRequest, index: int) -> SimJob:
             job = jobs(req, index)
@@ -316,10 +321,10 @@ class PdSim:
         return dataclasses.replace(result, summary=summarize(records, self.slo), meta=meta)
 
     def _pd_meta(self, prefill_result: RunResult, end_s: float) -> dict[str, Any]:
-        fleet, tp = self.fleet, self.spec.layout.tp * self.spec.layout.pp
+        fleet, (prefill, decode) = self.fleet, self.groups
         pulls = sorted(self.stats.seconds)
         return {
-            "run_end_s": end_s, "engine": "vllm", "model": self.spec.model, "gpu": self.spec.gpu,
+            "run_end_s": end_s, "engine": "vllm", "model": decode.model, "gpu": decode.gpu,
             "pd": {"prefill_replicas": fleet.prefill_replicas, "decode_replicas": fleet.decode_replicas,
                    "prefill_policy": fleet.prefill_policy, "decode_policy": fleet.decode_policy,
                    "kv_link": fleet.kv_link, "prefill_autoscale": fleet.prefill_autoscale,
@@ -328,7 +333,7 @@ class PdSim:
                    "prefill_peak_replicas": prefill_result.meta.get("peak_ready_replicas"),
                    "decode_peak_replicas": max(n for _, n in self.decode.replica_counts),
                    "prefill_scale_events": _steps(self.prefill), "decode_scale_events": _steps(self.decode)},
-            "gpus": (fleet.prefill_replicas + fleet.decode_replicas) * tp,
+            "gpus": sum(g.replicas * g.tensor_parallel * g.pipeline_parallel for g in (prefill, decode)),
             "kv_transfer": {"pulls": len(pulls), "blocks": self.stats.blocks,
                             "bytes_per_gpu": self.stats.bytes_per_gpu,
                             "mean_s": sum(pulls) / len(pulls) if pulls else None,
@@ -350,10 +355,12 @@ def simulate_pd(workload: Workload, spec: EngineSpec, fleet: PdFleet, seed: int 
     return PdSim(spec, fleet, seed, slo, scrape_interval_s, cold_start).run(workload())
 
 
-def compare_pd(workload: Workload, spec: EngineSpec, fleets: Iterable[PdFleet], colocated_replicas: int | None,
+def compare_pd(workload: Workload, spec: EngineSpec,
+               fleets: Iterable[PdFleet | tuple[tuple[EngineGroup, EngineGroup], PdFleet]], colocated_replicas: int | None,
                colocated_policy: str = DEFAULT_DECODE_POLICY, seed: int = 0, slo: Slo | None = None,
                scrape_interval_s: float | None = None) -> list[RunResult]:
-    """The colocated fleet (`colocated_replicas`, None: none) and every P/D fleet, on identical arrivals."""
+    """The colocated fleet (`colocated_replicas` of `spec`, None: none) and every P/D fleet (of
+    `spec`, or a fleet file's groups), on identical arrivals."""
     from sim.run import simulate
 
     results = []
@@ -363,7 +370,12 @@ def compare_pd(workload: Workload, spec: EngineSpec, fleets: Iterable[PdFleet], 
                          gpus=colocated_replicas * spec.layout.tp * spec.layout.pp)
         results.append(dataclasses.replace(base, meta=base.meta))
     for fleet in fleets:
-        results.append(simulate_pd(workload, spec, fleet, seed, slo, scrape_interval_s))
+        if isinstance(fleet, tuple):  # a fleet file's (prefill, decode) groups and its P/D fleet
+            groups, pd = fleet
+            sim = PdSim(spec, pd, seed, slo, scrape_interval_s, groups=groups)
+        else:
+            sim = PdSim(spec, fleet, seed, slo, scrape_interval_s)
+        results.append(sim.run(workload()))
     return results
 
 
@@ -382,3 +394,19 @@ def check_splits(spec: EngineSpec, splits: Iterable[tuple[int, int]], colocated_
 
     fleets = [PdFleet(p, d, kv_link=kv_link) for p, d in splits]
     return compare_pd(workload, spec, fleets, colocated_replicas, seed=seed, slo=slo)
+
+
+def fleet_file_pd(fleet: Fleet, prefill_policy: str | None = None, decode_policy: str | None = None,
+                  kv_links: Sequence[str] = ()) -> list[tuple[tuple[EngineGroup, EngineGroup], PdFleet]]:
+    """The P/D fleets of a fleet file's `role: prefill` and `role: decode` groups (one of each),
+    per KV link (default: the decode group's `--kv-link`); empty when the file has no roles."""
+    prefill = [g for g in fleet.engines if g.role == "prefill"]
+    decode = [g for g in fleet.engines if g.role == "decode"]
+    if not prefill and not decode:
+        return []
+    if len(prefill) != 1 or len(decode) != 1 or len(fleet.engines) != 2:
+        raise ValueError("a simulated P/D fleet file has one role: prefill group and one role: decode group")
+    groups = (prefill[0], decode[0])
+    links = list(kv_links) or [build_engine(decode[0].engine_config()).config.kv_link]  # type: ignore[union-attr]
+    return [(groups, PdFleet(prefill[0].replicas, decode[0].replicas, prefill_policy or DEFAULT_PREFILL_POLICY,
+                             decode_policy or DEFAULT_DECODE_POLICY, link)) for link in links]

@@ -33,3 +33,17 @@ def test_pd_flags_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sim", "--trace", TRACE, "--prefill-replicas", "1", "--decode-replicas", "1",
                  "--engine", "llamacpp"]) == 2
     assert "vLLM fleet" in capsys.readouterr().err
+
+
+def test_a_fleet_file_with_prefill_and_decode_groups_runs_as_a_pd_fleet(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    fleet = tmp_path / "pd.yaml"
+    fleet.write_text("engines:\n"
+                     "  - {flavor: vllm, model: llama-3.1-8b, name: p, role: prefill, replicas: 1}\n"
+                     "  - {flavor: vllm, model: llama-3.1-8b, name: d, role: decode, replicas: 2, "
+                     "args: [--kv-link, pcie4]}\n")
+    assert main(["sim", "--fleet", str(fleet), "--trace", TRACE, "--max-requests", "10", "--json"]) == 0
+    colocated, pd = json.loads(capsys.readouterr().out)["runs"]
+    assert colocated["meta"]["label"] == "colocated x3" and colocated["meta"]["gpus"] == 3
+    assert pd["meta"]["label"] == "P/D 1:2 pcie4" and pd["meta"]["gpus"] == 3  # the decode group's --kv-link
+    assert pd["meta"]["pd"]["prefill_policy"] == "prefix-aware"
