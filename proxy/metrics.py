@@ -96,8 +96,9 @@ class RouterMetrics:
         child.inc()
 
     def refresh_pool(self, pool: BackendPool, now_s: float) -> None:
-        for gauge in (self.in_flight, self.scrape_age, self.state):
-            gauge.clear()  # backends that left must not linger
+        if self.multiprocess_dir is None:  # prometheus_client cannot clear a multiprocess gauge
+            for gauge in (self.in_flight, self.scrape_age, self.state):
+                gauge.clear()  # backends that left must not linger
         for b in pool:
             self.in_flight.labels(b.url).set(b.total_in_flight()[0])
             if b.sample_time_s is not None:
