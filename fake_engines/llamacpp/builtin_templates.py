@@ -52,17 +52,30 @@ _MARKERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("zephyr", ("<|user|>", "<|endoftext|>")),
     ("monarch", ("bos_token + message['role']",)),
     ("gemma", ("<start_of_turn>",)),
+    ("orion", ("'\\n\\nAssistant: ' + eos_token",)),
     ("openchat", ("GPT4 Correct ",)),
     ("vicuna-orca", ("USER: ", "ASSISTANT: ", "SYSTEM: ")),
     ("vicuna", ("USER: ", "ASSISTANT: ")),
     ("deepseek", ("### Instruction:", "<|EOT|>")),
     ("command-r", ("<|START_OF_TURN_TOKEN|>", "<|USER_TOKEN|>")),
     ("llama3", ("<|start_header_id|>", "<|end_header_id|>")),
+    ("chatglm3", ("[gMASK]sop",)),
+    ("minicpm", ("<用户>",)),
     ("deepseek2", ("'Assistant: ' + message['content'] + eos_token",)),
     ("deepseek3", ("<｜Assistant｜>", "<｜User｜>", "<｜end▁of▁sentence｜>")),
+    ("exaone4", ("[|system|]", "[|assistant|]", "[|endofturn|]", "[|tool|]")),
+    ("exaone3", ("[|system|]", "[|assistant|]", "[|endofturn|]")),
+    ("rwkv-world", ("rwkv-world",)),
+    ("rwkv-world", ("{{- 'User: ' + message['content']|trim + '\\n\\n' -}}",)),
+    ("granite-4.0", ("<|start_of_role|>", "<tool_call>", "g4_default_system_message")),
+    ("granite-4.0", ("<|start_of_role|>", "<tools>", "g4_default_system_message")),
+    ("granite-4.1", ("<|start_of_role|>", "<tool_call>")),
+    ("granite-4.1", ("<|start_of_role|>", "<tools>")),
+    ("granite", ("<|start_of_role|>",)),
+    ("megrez", ("<|role_start|>",)),
 )
 """llm_chat_detect_template's marker tests after chatml and [INST], in its order, up to deepseek3
-(the later families are not recognised by source here; by name they are)."""
+(the families after megrez are recognised by name only here)."""
 
 
 def _mistral_or_llama2(source: str) -> str:
@@ -189,6 +202,45 @@ def _by_role(parts: dict[str, str], generation: str, strip: bool = False) -> Cal
     return render
 
 
+def _orion(chat: Chat, add_ass: bool) -> str:
+    out, system = [], ""
+    for role, content in chat:
+        if role == "system":
+            system += content
+        elif role == "user":
+            out.append("Human: " + (system + "\n\n" if system else "") + content + "\n\nAssistant: </s>")
+            system = ""
+        else:
+            out.append(content + "</s>")
+    return "".join(out)
+
+
+def _rwkv_world(chat: Chat, add_ass: bool) -> str:
+    out = []
+    for i, (role, content) in enumerate(chat):
+        if role == "system":
+            out.append(f"System: {_strip(content)}\n\n")
+        elif role == "user":
+            out.append(f"User: {_strip(content)}\n\n" + ("Assistant:" if i == len(chat) - 1 else ""))
+        elif role == "assistant":
+            out.append(f"Assistant: {_strip(content)}\n\n")
+    return "".join(out)
+
+
+def _granite(v4: bool) -> Callable[[Chat, bool], str]:
+    def render(chat: Chat, add_ass: bool) -> str:
+        out = []
+        for role, content in chat:
+            if role == "assistant_tool_call":
+                head = "<|start_of_role|>assistant<|end_of_role|><|tool_call|>" if v4 else \
+                    "<|start_of_role|>assistant_tool_call<|end_of_role|><|tool_call|>"
+            else:
+                head = f"<|start_of_role|>{role}<|end_of_role|>"
+            out.append(f"{head}{content}<|end_of_text|>\n")
+        return "".join(out) + ("<|start_of_role|>assistant<|end_of_role|>" if add_ass else "")
+    return render
+
+
 _RENDERERS: dict[str, Callable[[Chat, bool], str]] = {
     "chatml": _chatml, "phi4": _phi4,
     "mistral-v7": _mistral_v7(False), "mistral-v7-tekken": _mistral_v7(True),
@@ -213,6 +265,22 @@ _RENDERERS: dict[str, Callable[[Chat, bool], str]] = {
                                                              if add else ""),
     "deepseek2": _by_role({"system": "{content}\n\n", "user": "User: {content}\n\n",
                            "assistant": "Assistant: {content}<｜end▁of▁sentence｜>"}, "Assistant:"),
+    "orion": _orion,
+    "chatglm3": lambda chat, add: "[gMASK]sop" + _tagged("<|{role}|>\n {content}", "<|assistant|>")(chat, add),
+    "glmedge": _tagged("<|{role}|>\n{content}", "<|assistant|>"),
+    "minicpm": lambda chat, add: "".join(f"<用户>{_strip(c)}<AI>" if r == "user" else _strip(c) for r, c in chat),
+    "deepseek-ocr": lambda chat, add: "".join(c for _, c in chat),
+    "exaone3": _by_role({"system": "[|system|]{content}[|endofturn|]\n", "user": "[|user|]{content}\n",
+                         "assistant": "[|assistant|]{content}[|endofturn|]\n"}, "[|assistant|]", strip=True),
+    "exaone4": _by_role({"system": "[|system|]{content}[|endofturn|]\n", "user": "[|user|]{content}\n",
+                         "assistant": "[|assistant|]{content}[|endofturn|]\n", "tool": "[|tool|]{content}[|endofturn|]\n"},
+                        "[|assistant|]", strip=True),
+    "exaone-moe": _by_role({r: f"<|{r}|>\n{{content}}<|endofturn|>\n" for r in ("system", "user", "assistant", "tool")},
+                           "<|assistant|>\n", strip=True),
+    "rwkv-world": _rwkv_world,
+    "granite": _granite(False), "granite-4.0": _granite(True), "granite-4.1": _granite(True),
+    "megrez": _tagged("<|role_start|>{role}<|role_end|>{content}<|turn_end|>", "<|role_start|>assistant<|role_end|>"),
+    "solar-open": _tagged("<|begin|>{role}<|content|>{content}<|end|>", "<|begin|>assistant"),
     "deepseek3": _by_role({"system": "{content}\n\n", "user": "<｜User｜>{content}",
                            "assistant": "<｜Assistant｜>{content}<｜end▁of▁sentence｜>"}, "<｜Assistant｜>"),
 }

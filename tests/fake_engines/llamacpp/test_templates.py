@@ -61,6 +61,10 @@ def test_builtin_formats_are_llama_chat_cpp_s():
         "<|im_start|>system\nBook<|im_end|>\n<|im_start|>user\n What is the best book <|im_end|>\n"
     assert builtin.apply("llama2-sys", chat, True) == \
         "[INST] <<SYS>>\nBook\n<</SYS>>\n\n What is the best book  [/INST]Dune</s>"
+    assert builtin.apply("orion", chat, True) == "Human: Book\n\n What is the best book \n\nAssistant: </s>Dune</s>"
+    assert builtin.apply("granite", chat[1:], True) == (
+        "<|start_of_role|>user<|end_of_role|> What is the best book <|end_of_text|>\n"
+        "<|start_of_role|>assistant<|end_of_role|>Dune<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>")
     assert builtin.apply("gemma", chat, True) == ("<start_of_turn>user\nBook\n\nWhat is the best book<end_of_turn>\n"
                                                   "<start_of_turn>model\nDune<end_of_turn>\n<start_of_turn>model\n")
 
