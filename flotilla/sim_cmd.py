@@ -150,6 +150,7 @@ def _workload(args: argparse.Namespace, runs: int):  # type: ignore[no-untyped-d
 
 def _spec(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from fake_engines.perf.batch import Layout
+    from sim.build import EngineSpec
 
     sched = {field: getattr(args, f"eng_{field}") for field, _, kinds in ENGINE_FLAGS.values()
              if args.engine in kinds and getattr(args, f"eng_{field}") is not None}
