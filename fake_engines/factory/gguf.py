@@ -49,6 +49,8 @@ class GgufModel:
     """Vocabulary entries."""
     chat_template: str | None = None
     """tokenizer.chat_template; a catalogue model carries the ChatML template of the captured engine's model."""
+    chat_template_tool_use: str | None = None
+    """tokenizer.chat_template.tool_use: the variant llama-server renders requests with tools with."""
 
 
 def load_model(path: str, catalogue: tuple[str, ...] = ()) -> GgufModel:
@@ -108,4 +110,5 @@ def _from_gguf(path: str) -> GgufModel:
     return GgufModel(path=path, spec=spec, bits_per_weight=size * 8 / max(params, 1),
                      n_ctx_train=int(_field(reader, f"{arch}.context_length", 2048)),
                      ftype=FTYPE_NAMES.get(ftype, f"MOSTLY_TYPE_{ftype}"), size_bytes=size, vocab_size=vocab,
-                     chat_template=_field(reader, "tokenizer.chat_template"))
+                     chat_template=_field(reader, "tokenizer.chat_template"),
+                     chat_template_tool_use=_field(reader, "tokenizer.chat_template.tool_use"))

@@ -75,8 +75,9 @@ class ChatTemplates:
     """The server's template, chosen at start as common_chat_templates_init does."""
 
     def __init__(self, settings: TemplateSettings, model_template: str | None, bos_token: str = "<s>",
-                 eos_token: str = "</s>") -> None:
-        source = settings.chat_template or model_template or ""
+                 eos_token: str = "</s>", tool_use_template: str | None = None) -> None:
+        tool_use_template = None if settings.chat_template else tool_use_template  # an override replaces both
+        source = settings.chat_template or model_template or tool_use_template or ""
         self.source = CHATML_TEMPLATE_SRC if source in ("", "chatml") else source
         """The template /props reports."""
         self.jinja = settings.jinja
@@ -92,10 +93,17 @@ class ChatTemplates:
         self.caps = _caps(self)
         self.supports_thinking = self.jinja and self._supports_thinking()
         self.enable_thinking = settings.reasoning != "off" and self.supports_thinking
+        self.tool_use: ChatTemplates | None = None
+        """The model's `tool_use` variant (tokenizer.chat_template.tool_use): it renders requests with tools."""
+        if tool_use_template and self.jinja:
+            self.tool_use = ChatTemplates(settings, tool_use_template, bos_token, eos_token)
+            self.tool_use.enable_thinking = self.enable_thinking  # the server decides it on the default one
 
     def render(self, messages: list, tools: list | None = None, options: ChatOptions | None = None) -> str:
         """The prompt text of `messages` (OpenAI chat messages, already validated) with `tools`."""
         options = options or ChatOptions()
+        if tools and self.tool_use is not None:
+            return self.tool_use.render(messages, tools, options)
         if not self.jinja:
             return self._render_builtin(messages, options)
         msgs = [_message_json(m) for m in messages]
@@ -172,12 +180,18 @@ class ChatTemplates:
         """/props chat_template_caps."""
         return dict(sorted(self.caps.items()))
 
+    def tool_use_props(self) -> dict[str, str]:
+        """/props's chat_template_tool_use when the model has that variant (llama-server adds it last)."""
+        return {} if self.tool_use is None else {"chat_template_tool_use": self.tool_use.source}
 
-def templates_for(config: LlamaServerConfig, model_template: str | None) -> ChatTemplates:
-    """The server's templates from its flags and the model's own template."""
+
+def templates_for(config: LlamaServerConfig, model_template: str | None,
+                  tool_use_template: str | None = None) -> ChatTemplates:
+    """The server's templates from its flags and the model's own templates."""
     return ChatTemplates(TemplateSettings(chat_template=config.chat_template, jinja=config.jinja,
                                           reasoning=config.reasoning, template_kwargs=dict(config.chat_template_kwargs),
-                                          prefill_assistant=config.prefill_assistant), model_template)
+                                          prefill_assistant=config.prefill_assistant), model_template,
+                         tool_use_template=tool_use_template)
 
 
 def body_prompt(templates: ChatTemplates, body: dict) -> str:

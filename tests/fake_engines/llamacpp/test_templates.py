@@ -284,3 +284,14 @@ async def test_a_gguf_s_own_chat_template_is_the_default(tmp_path):
         await running.close()
     assert status == 200 and applied["prompt"] == "<system>Book<user>What is the best book<assistant>"
     assert props["chat_template"].startswith("{% for m in messages %}<{{ m.role }}>")
+
+
+def test_a_model_s_tool_use_variant_renders_requests_with_tools():
+    templates = ChatTemplates(TemplateSettings(), "{{ 'plain:' + messages[0].content }}",
+                              tool_use_template="{{ 'tools:' + tools[0].function.name }}")
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    assert templates.render([{"role": "user", "content": "hi"}]) == "plain:hi"
+    assert templates.render([{"role": "user", "content": "hi"}], [tool]) == "tools:f"
+    assert templates.tool_use_props() == {"chat_template_tool_use": "{{ 'tools:' + tools[0].function.name }}"}
+    overridden = ChatTemplates(TemplateSettings(chat_template="{{ 'mine' }}"), "x", tool_use_template="y")
+    assert overridden.render([{"role": "user", "content": "hi"}], [tool]) == "mine" and not overridden.tool_use_props()
