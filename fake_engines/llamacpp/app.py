@@ -93,7 +93,7 @@ def build_server(config: LlamaServerConfig) -> LlamaServer:
     telemetry = LlamaTelemetry(core)
     driver = LiveDriver(core, built.step_time, config.time_scale, telemetry)
     sampler = OutputLengthSampler(seed=config.seed, mean_output_tokens=config.mean_output_tokens)
-    templates = templates_for(config, built.gguf.chat_template)
+    templates = templates_for(config, built.gguf.chat_template, built.gguf.chat_template_tool_use)
     return LlamaServer(built.config, built.gguf, built.spec, driver, telemetry, sampler, templates,
                        [s for _, s in config.loras])
 
@@ -261,7 +261,7 @@ async def props(request: web.Request) -> web.Response:
         "chat_template_caps": server.templates.props_caps(),
         "bos_token": "<s>", "eos_token": "</s>", "build_info": BUILD_INFO,
         "is_sleeping": sleep.is_sleeping(request.app),
-        "cors_proxy_enabled": config.ui_mcp_proxy})
+        "cors_proxy_enabled": config.ui_mcp_proxy, **server.templates.tool_use_props()})
 
 
 async def models(request: web.Request) -> web.Response:
