@@ -46,6 +46,10 @@ def test_outcomes_reasons_and_hollow_passes_come_from_the_report():
     assert by_name["test_addr"].reason == "server exits at start: error: cannot listen on a,b: no such host name (--host)"
     assert by_name["test_error_route"].hollow == ["POST /infill"]
     assert by_name["test_ok"].hollow == []
+    # a 404 the test itself asserts (no `/` with --no-webui) does not make its pass hollow
+    no_ui = '<testsuite><testcase classname="unit.test_basic" name="test_no_ui" /></testsuite>'
+    [passed] = parse_junit(no_ui, {"unit/test_basic.py::test_no_ui": ["GET /", "GET /props"]})
+    assert passed.outcome == "passed" and passed.hollow == ["GET /props"]
     split = by_name["test_load_split_model"]  # in the out-of-reach table: its reason comes from there
     assert split.kind == "real weights" and "(little|girl)+" in split.reason
     unified = by_name["test_completion_unified[256-4-n_predict_vals0-expected_success0]"]
