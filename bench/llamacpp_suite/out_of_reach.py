@@ -25,14 +25,14 @@ KINDS: dict[str, str] = {
     CONTAINER: "needs a docker or podman container engine",
 }
 
-_STORY = "stories15M"  # ServerPreset.tinyllama2's model, a tiny story generator with a SentencePiece vocabulary
+_STORY = "stories260K"  # ServerPreset.tinyllama2 (ggml-org/test-model-stories260K): a tiny story generator, SentencePiece
 _IMAGE = "an image fetched from huggingface.co (tinygemma3's test/91_cat.png, 11_truck.png)"
 _MMPROJ = ("tinygemma3's mmproj, which the hub's registry API adds to the model download (the look-alike is "
            "llama-server without one)")
 
 OUT_OF_REACH: dict[str, tuple[str, str]] = {
     # generated text of a real model
-    "test_basic.py::test_load_split_model": (WEIGHTS, f"regex (little|girl)+ on the split {_STORY}'s story text"),
+    "test_basic.py::test_load_split_model": (WEIGHTS, "regex (little|girl)+ on the split stories15M's story text"),
     "test_chat_completion.py::test_chat_completion_stream": (
         WEIGHTS, f"regex (Suddenly)+ / (Aside|she|felter|alonger)+ on {_STORY}'s reply, then usage token counts "
                  "77 / 104 of its tokenizer"),
@@ -47,9 +47,9 @@ OUT_OF_REACH: dict[str, tuple[str, str]] = {
     "test_completion.py::test_completion_stream_with_openai_library": (
         WEIGHTS, f"regex (going|bed)+ on {_STORY}'s streamed continuation"),
     "test_infill.py::test_infill_without_input_extra": (
-        WEIGHTS, f"regex (Ann|small|shiny|Daddy|Jimmy)+ on {_STORY}'s infill text"),
+        WEIGHTS, f"regex (Ann|small|shiny|Daddy|Jimmy)+ on {_STORY}-infill's text"),
     "test_infill.py::test_infill_with_input_extra": (
-        WEIGHTS, f"regex (Dad|excited|park|Jimmy)+ on {_STORY}'s infill text"),
+        WEIGHTS, f"regex (Dad|excited|park|Jimmy)+ on {_STORY}-infill's text"),
     "test_infill.py::test_with_qwen_model": (WEIGHTS, "Qwen2.5-Coder's completion of C code"),
     "test_rerank.py::test_rerank": (
         WEIGHTS, "jina-reranker's scores: document 2 (machine learning) ranks first"),
@@ -91,7 +91,7 @@ OUT_OF_REACH: dict[str, tuple[str, str]] = {
         TOKENIZER, f"the saved slot holds 84 tokens of {_STORY}'s tokenizer, then prompt_n 6"),
     "test_tokenize.py::test_tokenize_with_bos": (TOKENIZER, f"BOS is token id 1 of {_STORY}'s vocabulary"),
     # files from the hub the wrapper cannot stand in for
-    "test_lora.py::*": (DOWNLOAD, f"the LoRA adapter moe_shakespeare15M.gguf (then regexes on {_STORY}'s text)"),
+    "test_lora.py::*": (DOWNLOAD, "the LoRA adapter moe_shakespeare15M.gguf (then regexes on stories15M_MOE's text)"),
     "test_speculative.py::*": (DOWNLOAD, "the draft model stories15M-q4_0.gguf, fetched by the fixture"),
     "test_router.py::test_router_remote_preset": (
         DOWNLOAD, "the preset file of the hub repo ggml-org/test-preset-ci (its model names)"),
