@@ -1,8 +1,8 @@
 """`python -m bench.pd`: colocated against disaggregated prefill/decode on three public traces.
 
 For each trace (Mooncake conversation, Azure conversation, Azure code; the slices in
-tests/data/traces) the first `--requests` requests are replayed, their arrival times scaled so
-the offered rate is the best goodput `flotilla plan pd` predicts for the fleet (mean prompt and
+tests/data/traces) its first requests (`--requests` scales how many) are replayed, their arrival
+times scaled so the offered rate is the best goodput `flotilla plan pd` predicts for the fleet (mean prompt and
 output lengths of the slice, the trace's SLOs, --gpus GPUs). On those identical arrivals the
 simulator runs the colocated fleet and every prefill:decode split over each KV link. Goodput is
 the offered rate times the share of requests within both SLOs; the best split is the one with
@@ -45,12 +45,16 @@ class TraceCase:
     slo: Slo
     """DistServe-style per-application SLOs: chat tolerates a longer TTFT on long contexts,
     code completion wants its first token fast."""
+    requests: int
+    """Slice length: its arrivals must span several request lifetimes at the offered rate, or the
+    decode pool never fills and the run measures a burst's transient, not the fleet's capacity."""
 
 
 CASES = (
-    TraceCase("mooncake-conversation", "mooncake_conversation_trace.first30min.jsonl", Slo(ttft_s=2.0, tpot_s=0.05)),
-    TraceCase("azure-conversation", "AzureLLMInferenceTrace_conv.before1845.csv", Slo(ttft_s=0.5, tpot_s=0.05)),
-    TraceCase("azure-code", "AzureLLMInferenceTrace_code.before1845.csv", Slo(ttft_s=0.5, tpot_s=0.05)),
+    TraceCase("mooncake-conversation", "mooncake_conversation_trace.first30min.jsonl", Slo(ttft_s=2.0, tpot_s=0.05),
+              300),
+    TraceCase("azure-conversation", "AzureLLMInferenceTrace_conv.before1845.csv", Slo(ttft_s=0.5, tpot_s=0.05), 2000),
+    TraceCase("azure-code", "AzureLLMInferenceTrace_code.before1845.csv", Slo(ttft_s=0.5, tpot_s=0.05), 600),
 )
 
 
@@ -88,9 +92,9 @@ class Progress:
         print(f"[{self.done}/{self.total}] {what}  elapsed {elapsed:.0f} s, ETA {eta:.0f} s", file=sys.stderr, flush=True)
 
 
-def run_case(case: TraceCase, spec: EngineSpec, gpus: int, links: Sequence[str], requests: int,
+def run_case(case: TraceCase, spec: EngineSpec, gpus: int, links: Sequence[str], requests: float,
              progress: Progress, plan_link: str) -> dict[str, Any]:
-    reqs = _slice(case, requests)
+    reqs = _slice(case, max(2, round(case.requests * requests)))
     shape = RequestShape(round(sum(r.input_length or 0 for r in reqs) / len(reqs)),
                          max(2, round(sum(r.output_length for r in reqs) / len(reqs))),
                          case.slo.ttft_s or 1.0, case.slo.tpot_s or 1.0)
@@ -168,7 +172,9 @@ def plot(cases: Sequence[dict[str, Any]], links: Sequence[str], path: Path) -> N
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.pd", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--requests", type=int, default=200, help="requests per trace slice (default 200)")
+    p.add_argument("--requests", type=float, default=1.0,
+                   help="scale of each trace's slice (default 1: 300 Mooncake, 2000 Azure conversation, 600 "
+                        "Azure code requests)")
     p.add_argument("--gpus", type=int, default=4, help="GPUs of every fleet (default 4)")
     p.add_argument("--links", default="nvlink,ib400,eth100", help="KV links compared (default nvlink,ib400,eth100)")
     p.add_argument("--plan-link", default="ib400", help="the link plan and simulator are compared on (default ib400)")
