@@ -44,7 +44,8 @@ _STATEMENT_RULES: tuple[tuple[str, str], ...] = (
     ("logit_bias not applied (a banned word is in the text)", r"for tok in exclude"),
     ("no prompt_progress chunks (return_progress)", r"progress"),
     ("timings.predicted_per_second is not 1e3 / predicted_ms * (predicted_n - 1)", r"predicted_per_second"),
-    ("finish_reason on a stream chunk before the last", r'finish_reason"\] is None'),
+    ("unexpected finish_reason on a stream chunk (the look-alike stopped where the test reads on)",
+     r'finish_reason"\] is None'),
     ("error message wording differs", r'in res\.body\["error"\]\["message"\]|in str\(res\.body\)'),
     ("no `__verbose` debug field (--verbose; it carries the rendered prompt)", r"__verbose"),
 )
