@@ -124,10 +124,16 @@ def parse_constraints(body: dict, kind: str) -> Constraints:
     return Constraints(logit_bias=ids, bias_texts=texts)
 
 
-def sampling_key(seed: int, sampled: bool, prompt_ids: list[int], sample: int = 0) -> str:
+RANDOM_SEEDS = (-1, 0xFFFFFFFF)
+"""LLAMA_DEFAULT_SEED as a request or -s gives it: a fresh random seed for each request."""
+
+
+def sampling_key(seed: int, sampled: bool, prompt_ids: list[int], sample: int = 0, request_id: str = "") -> str:
     """What a request's draws are seeded from: the seed and the prompt, as llama-server's sampler
-    (a greedy request, temperature 0, depends on the prompt only); `sample` tells apart the
-    choices of one `n` > 1 request."""
+    (a greedy request, temperature 0, depends on the prompt only; seed -1 draws anew per request,
+    from its id); `sample` tells apart the choices of one `n` > 1 request."""
+    if sampled and seed in RANDOM_SEEDS:
+        return f"random/{request_id}"
     digest = hashlib.blake2b(struct.pack(f"<{len(prompt_ids)}q", *prompt_ids), digest_size=16).hexdigest()
     return f"{seed if sampled else 'greedy'}/{sample}/{digest}"
 

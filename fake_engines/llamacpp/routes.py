@@ -203,9 +203,10 @@ def submit(server: LlamaServer, req: LlamaRequest, prompt: list[int] | None = No
     room = max(server.slot_n_ctx - len(prompt), 1)
     budget = room if req.n_predict < 0 else min(max(req.n_predict, 1), room)
     seed = server.config.seed if req.seed is None else int(req.seed)
-    sampling, output_len = plan(req.constraints, sampling_key(seed, req.sampled, prompt, sample), budget,
+    request_id = server.request_id()
+    sampling, output_len = plan(req.constraints, sampling_key(seed, req.sampled, prompt, sample, request_id), budget,
                                 req.ignore_eos, server.sampler.mean_output_tokens)
-    request = EngineRequest(request_id=server.request_id(), id_slot=req.id_slot,
+    request = EngineRequest(request_id=request_id, id_slot=req.id_slot,
                             prompt_token_ids=prompt, max_tokens=budget,
                             output_len=output_len, lora=_lora_key(req.lora), sampling=sampling)
     try:

@@ -75,6 +75,8 @@ def test_same_seed_and_prompt_give_the_same_text_streamed_or_not_and_another_see
     assert len(others) == 4
     greedy = {_post(base, "/completion", {**body, "seed": seed, "temperature": 0})[1]["content"] for seed in range(3)}
     assert len(greedy) == 1  # temperature 0: the seed does not matter
+    fresh = {_post(base, "/completion", {**body, "seed": -1})[1]["content"] for _ in range(3)}
+    assert len(fresh) == 3  # -1: llama-server draws a new seed for each request
 
 
 def test_logit_bias_strings_keep_their_words_out_and_ignore_eos_biases_eos(engine):
