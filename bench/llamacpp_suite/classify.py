@@ -159,7 +159,8 @@ def parse_junit(xml_text: str, misses: dict[str, list[str]] | None = None) -> li
             outcome = "failed" if bad is not None else "errors"
             statement = failing_statement(node.text or "")
             nature = out_of_reach(nodeid)
-            kind, reason = nature if nature else ("", classify(line, output, statement, misses.get(nodeid)))
+            kind, reason = nature if nature else ("", classify(line, output, statement,
+                                                                 hollow_routes(nodeid, misses.get(nodeid, []))))
             cases.append(Case(nodeid, outcome, line, reason, kind=kind, statement=statement))
         elif skip is not None:
             cases.append(Case(nodeid, "skipped", first_error_line(skip.get("message") or "")))

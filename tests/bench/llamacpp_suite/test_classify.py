@@ -39,10 +39,10 @@ def _by_name(cases):
 
 def test_outcomes_reasons_and_hollow_passes_come_from_the_report():
     cases = parse_junit(JUNIT, {"unit/test_basic.py::test_error_route": ["POST /infill"],
-                                "unit/test_basic.py::test_no_ui": ["GET /", "GET /"]})
+                                "unit/test_basic.py::test_no_ui": ["GET /", "GET /slots", "GET /slots"]})
     assert Counter(c.outcome for c in cases) == {"passed": 3, "failed": 4, "skipped": 1}
     by_name = _by_name(cases)
-    assert by_name["test_no_ui"].reason == "missing endpoint: GET /" and by_name["test_no_ui"].kind == ""
+    assert by_name["test_no_ui"].reason == "missing endpoint: GET /slots" and by_name["test_no_ui"].kind == ""
     assert by_name["test_addr"].reason == "server exits at start: error: cannot listen on a,b: no such host name (--host)"
     assert by_name["test_error_route"].hollow == ["POST /infill"]
     assert by_name["test_ok"].hollow == []
