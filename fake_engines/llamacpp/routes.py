@@ -464,7 +464,9 @@ async def _events(server: LlamaServer, req: LlamaRequest,
                 if req.kind == "native" and req.n_probs is not None:
                     event["completion_probabilities"] = _native_probs(
                         server, req, handles[index], piece.token_ids, predicted[index] - len(piece.token_ids))
-                if req.kind != "native":
+                if req.kind == "native":
+                    event["index"] = index  # a list of prompts: each task's chunks carry its index
+                else:
                     event = _indexed(event, index)
                     event["choices"][0] = _with_logprobs(server, req, handles[index], event["choices"][0],
                                                          piece.token_ids, predicted[index] - len(piece.token_ids))
@@ -507,7 +509,8 @@ def _token_event(req: LlamaRequest, rid: str, created: int, model: str, piece: P
 
 def _closing_events(server, req, handles, rid, created, model, lasts: list[Piece], use, timings) -> list:
     if req.kind == "native":
-        return [_native_final(server, req, handles[0], lasts[0], timings, "")]
+        return [{**_native_final(server, req, handle, last, _finish(server, handle)[1], ""), "index": i}
+                for i, (handle, last) in enumerate(zip(handles, lasts, strict=True))]
     if req.kind == "completion":
         finals = [_indexed(shapes.completion_final_chunk(rid, created, model, last.reason or "stop", use, timings), i)
                   for i, last in enumerate(lasts)]

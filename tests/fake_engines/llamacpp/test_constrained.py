@@ -96,6 +96,11 @@ def test_batched_and_object_prompts_n_probs_and_response_fields(engine):
                                                "n_predict": 4, "temperature": 0})
     assert status == 200 and isinstance(body, list) and len({b["content"] for b in body}) == 1
     assert [b["index"] for b in body] == [0, 1, 2] and body[0]["prompt"] == "<s>Hello there"
+    req = urllib.request.Request(base + "/completion", headers={"Content-Type": "application/json"}, data=json.dumps(
+        {"prompt": ["a", "b"], "n_predict": 2, "stream": True}).encode())
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        chunks = [json.loads(line[6:]) for line in resp.read().decode().splitlines() if line.startswith("data: ")]
+    assert sorted(c["index"] for c in chunks if c["stop"]) == [0, 1] and {c["index"] for c in chunks} == {0, 1}
     status, _ = _post(base, "/completion", {"prompt": {"prompt_string": "x", "multimodal_data": ["AAAA"]}})
     assert status == 400
     status, body = _post(base, "/completion", {"prompt": [1, 2, 10**12]})
