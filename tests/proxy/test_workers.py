@@ -68,7 +68,7 @@ async def engine_load(session: aiohttp.ClientSession, url: str) -> float:
 
 @pytest.fixture
 async def engines():
-    group = EngineGroup(flavor="vllm", model=MODEL, name="a", replicas=2, time_scale=1.0)
+    group = EngineGroup(flavor="vllm", model=MODEL, name="a", replicas=2, time_scale=5.0)  # slow: a burst stays in flight
     live = await LiveFleet.start(Fleet(engines=(group,), policy="round-robin"))
     yield live.engine_urls
     await live.close()
@@ -97,9 +97,17 @@ async def test_workers_in_flight_adds_up_to_what_the_engines_run(engines) -> Non
             proxy = by_backend(samples, "flotilla_backend_in_flight")
             return proxy, {u: await engine_load(client, u) for u in engines}
 
-        async def agree(expected: float) -> bool:
-            proxy, engine = await totals()
-            return sum(proxy.values()) == expected and proxy == engine
+        async def agree(expected: float, what: str) -> None:
+            last: list = []
+
+            async def check() -> bool:
+                proxy, engine = await totals()
+                last[:] = [proxy, engine]
+                return sum(proxy.values()) == expected and proxy == engine
+            try:
+                await wait_until(check, what=what)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; proxy, engines: {last}") from None
 
         streams: list[tuple[aiohttp.ClientSession, aiohttp.ClientResponse]] = []
         try:
@@ -112,12 +120,12 @@ async def test_workers_in_flight_adds_up_to_what_the_engines_run(engines) -> Non
                                                               "max_tokens": 5000, "stream": True})
                 streams.append((s, r))
                 assert r.status == 200
-            await wait_until(lambda: agree(len(streams)), what="the workers' in-flight sum equal to the engines' load")
+            await agree(len(streams), "the workers' in-flight sum equal to the engines' load")
         finally:
             for s, r in streams:
                 r.close()
                 await s.close()
-        await wait_until(lambda: agree(0), what="nothing in flight at rest, by the proxy and by the engines")
+        await agree(0, "nothing in flight at rest, by the proxy and by the engines")
 
 
 async def test_another_worker_takes_over_scraping_when_the_leader_dies(engines) -> None:
