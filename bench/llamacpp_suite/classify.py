@@ -39,7 +39,7 @@ def _status(first_line: str, statement: str) -> str | None:
 
 # (class, pattern over the test's failing line); first match wins. Each names what the assertion checks.
 _STATEMENT_RULES: tuple[tuple[str, str], ...] = (
-    ("generates fewer tokens than n_predict asks (predicted_n or completion_probabilities short)",
+    ("generates another number of tokens than the n_predict the test asks (predicted_n, completion_probabilities)",
      r'predicted_n"\] == n_(predict|token_output)|len\(completions\) == n_predict'),
     ("logit_bias not applied (a banned word is in the text)", r"for tok in exclude"),
     ("no prompt_progress chunks (return_progress)", r"progress"),
