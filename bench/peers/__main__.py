@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -233,7 +234,7 @@ def cmd_report(out: Path) -> int:
     from bench.peers.quality import WORKLOADS, FleetConfig
     if (path := out / "peers-overhead.json").exists():
         data = json.loads(path.read_text())
-        args = parser().parse_args(data["command"].split()[3:])
+        args = parser().parse_args(shlex.split(data["command"])[3:])
         cfg = OverheadConfig(**data["config"])
         rates = {"low": cfg.low_rate, "high": cfg.high_rate, "stream": cfg.stream_rate}
         table = overhead_report.table(data["phases"], rates)
@@ -242,7 +243,7 @@ def cmd_report(out: Path) -> int:
                     overhead_text(data["command"], data["machine"], table, data["startup_s"], cfg, args))
     if (path := out / "peers-quality.json").exists():
         data = json.loads(path.read_text())
-        args = parser().parse_args(data["command"].split()[3:])
+        args = parser().parse_args(shlex.split(data["command"])[3:])
         cfg, rows = FleetConfig(**data["fleet"]), data["runs"]
         names = list(dict.fromkeys(r["workload"] for r in rows))
         tables = "\n\n".join(_workload_table(w, rows, cfg) for w in WORKLOADS if w.name in names)
@@ -263,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.no_netns and shutil.which("ip"):
         enter_netns(args.netns, argv)
-    command = "python -m bench.peers " + " ".join(argv)
+    command = "python -m bench.peers " + shlex.join(argv)  # labels after --only have spaces
     args.out.mkdir(parents=True, exist_ok=True)
     text = cmd_overhead(args, command) if args.cmd == "overhead" else cmd_quality(args, command)
     print(text)
