@@ -134,7 +134,7 @@ def listening_line(url: str, config: ProxyConfig, workers: int = 1) -> str:
     return f"flotilla proxy listening on {url} ({len(config.backends)} backends, policy {config.policy}{each})"
 
 
-async def serve(config: ProxyConfig, autoscale: AutoscaleConfig | None = None,
+async def serve(config: ProxyConfig, autoscale: AutoscaleConfig | list[AutoscaleConfig] | None = None,
                 instance_id: str | None = None, discover: list[DiscoverSpec] | None = None,
                 worker: WorkerContext | None = None) -> None:
     from proxy.app import start_proxy
@@ -145,10 +145,11 @@ async def serve(config: ProxyConfig, autoscale: AutoscaleConfig | None = None,
             from proxy.discovery import attach as attach_discovery
 
             attach_discovery(app, discover)
-        if autoscale is not None:
+        if autoscale:
             from proxy.autoscale.setup import attach
 
-            attach(app, autoscale)
+            for each in autoscale if isinstance(autoscale, list) else [autoscale]:  # P/D: one per pool
+                attach(app, each)
         if instance_id:
             async def stamp(_request: web.Request, response: web.StreamResponse) -> None:
                 response.headers[INSTANCE_HEADER] = instance_id
@@ -174,11 +175,12 @@ async def serve(config: ProxyConfig, autoscale: AutoscaleConfig | None = None,
         await running.close()
 
 
-def autoscale_config(args: argparse.Namespace) -> AutoscaleConfig | None:
-    """The autoscaler --autoscale or the fleet file's `autoscaler:` section asks for, or None."""
-    from proxy.autoscale.config import config_from_args
+def autoscale_config(args: argparse.Namespace) -> list[AutoscaleConfig]:
+    """The autoscalers --autoscale or the fleet file's `autoscaler:` section asks for (P/D: one
+    per pool), or none."""
+    from proxy.autoscale.config import configs_from_args
 
-    return config_from_args(args)
+    return configs_from_args(args)
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -206,11 +208,11 @@ def run(args: argparse.Namespace) -> int:
         discover = specs_from_args(args)
     except (ConfigError, OSError, ValueError) as exc:
         return _fail(str(exc))
-    if not config.backends and config.config_path is None and autoscale is None and not discover:
+    if not config.backends and config.config_path is None and not autoscale and not discover:
         return _fail("give at least one --backend URL, --discover k8s:SERVICE, --config fleet.yaml "
                      "or --autoscale SPEC")
     if args.workers > 1:
-        if autoscale is not None or config.admin_token:
+        if autoscale or config.admin_token:
             return _fail("--workers above 1 runs without --autoscale and --admin-token for now: the "
                          "autoscaler and the admin API keep their state in one process")
         return run_workers(args.workers, config, args.instance_id, discover)

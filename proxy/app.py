@@ -98,8 +98,9 @@ class Proxy:
         if isinstance(self.policy, KVIndexUser) or any(b.spec.kv_events for b in self.pool):
             loops.append(self._start_kv_events())
         if self.config.config_path is not None:
+            prefill = (self.prefill.pool, self.prefill.probe_now) if self.prefill is not None else None
             loops.append(FleetWatcher(self.config.config_path, self.pool, self.config.reload_interval_s,
-                                      self.probe_now).run())
+                                      self.probe_now, prefill).run())
         self.tasks = [asyncio.create_task(c) for c in loops]
 
     def _start_kv_events(self) -> Coroutine[Any, Any, None]:
@@ -223,8 +224,9 @@ async def _generate(request: web.Request, chat: bool, anthropic: bool = False,
                   strip_usage=strip_usage)
     async with p.admission.slot(model):  # type: ignore[union-attr]  # both are set before the routes serve
         if p.prefill is not None and generates and not anthropic:  # P/D: the prefill phase first
+            # one X-Request-Id across both phases, as vLLM's toy proxy sends its request id to both
             request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-            fwd = await p.prefill.before_decode(fwd, request.headers, request_id)
+            fwd = replace(await p.prefill.before_decode(fwd, request.headers, request_id), request_id=request_id)
         return await p.dispatcher.handle(request, fwd)  # type: ignore[union-attr]
 
 

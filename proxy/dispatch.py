@@ -75,6 +75,9 @@ class Forward:
     """The proxy added stream_options.include_usage: drop the usage event before the client."""
     flavors: frozenset[str] | None = None
     """Only backends of these flavors serve the route (None: every backend)."""
+    request_id: str | None = None
+    """The X-Request-Id already given to this request (P/D: its prefill phase's); None: the
+    client's, else a new one."""
 
 
 @dataclass
@@ -112,7 +115,7 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         start = loop.time()
         deadline = start + self.config.timeouts.total_s
-        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        request_id = fwd.request_id or request.headers.get("x-request-id") or uuid.uuid4().hex
         # With client keys set, the client's Authorization is its key to the proxy: never forwarded.
         headers = upstream_headers(request.headers, request_id, drop_authorization=bool(self.config.limits.api_keys))
         tried: list[Backend] = []

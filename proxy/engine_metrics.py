@@ -46,6 +46,9 @@ class LoadSample:
 
 KEPT_TYPES = ("gauge", "counter", "untyped")
 """Histograms and summaries are no routing signal; skipping them halves a vLLM page's parse."""
+KEPT_HISTOGRAMS = ("vllm:request_time_per_output_token_seconds",)
+"""Histograms whose _sum and _count are kept (their buckets are not): the mean time per output
+token a P/D decode pool scales on (proxy/autoscale/signals.py)."""
 
 
 def _engine_lines(text: str) -> str:
@@ -56,13 +59,15 @@ def _engine_lines(text: str) -> str:
             parts = line.split(" ")
             family = parts[2] if len(parts) >= 4 else ""
             wanted = family.startswith(ENGINE_PREFIXES) and parts[3] in KEPT_TYPES
-            if wanted:
+            if wanted or family in KEPT_HISTOGRAMS:
                 keep.append(line)
         elif line.startswith(ENGINE_PREFIXES):
             name = line.split("{", 1)[0].split(" ", 1)[0]
             in_family = bool(family) and name.startswith(family)
             if (wanted or not in_family) and not name.endswith("_created"):
                 keep.append(line)  # a sample with no TYPE line of its own is untyped: kept
+            elif family in KEPT_HISTOGRAMS and name in (family + "_sum", family + "_count"):
+                keep.append(line)
     return "\n".join(keep) + "\n"
 
 

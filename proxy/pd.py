@@ -33,7 +33,7 @@ from proxy.dispatch import Forward
 from proxy.forward import upstream_headers, with_credentials
 from proxy.health import HealthChecker
 from proxy.metrics import RouterMetrics
-from proxy.pool import BackendPool
+from proxy.pool import Backend, BackendPool
 from proxy.retry import is_retryable_status
 from proxy.router import Router
 from proxy.scraper import Scraper
@@ -85,22 +85,28 @@ class PrefillStage:
     def __init__(self, config: ProxyConfig, metrics: RouterMetrics, rng: random.Random) -> None:
         self.config = config
         self.pool = BackendPool(config.breaker)
-        for spec in config.prefill_backends:
-            self.pool.add(spec)
+        for spec in config.prefill_backends:  # a fleet file's own, as the decode pool's: its reloads drain them
+            self.pool.add(spec, source="file" if config.config_path else "static")
         self.router = Router(self.pool, create_policy(config.prefill_policy, rng=rng), config.prefill_policy, metrics)
         self.metrics = PdMetrics(metrics)
         self.router_metrics = metrics
         self.session: aiohttp.ClientSession | None = None
+        self.health: HealthChecker | None = None
 
     async def start(self, session: aiohttp.ClientSession) -> list[Coroutine[Any, Any, None]]:
         """Probe and scrape the prefill pool once (before serving); its loops, to run beside the
         decode pool's."""
         self.session = session
-        health = HealthChecker(self.pool, session, self.router_metrics, self.config.health.interval_s,
-                               self.config.health.timeout_s)
+        health = self.health = HealthChecker(self.pool, session, self.router_metrics,
+                                             self.config.health.interval_s, self.config.health.timeout_s)
         scraper = Scraper(self.pool, session, self.config.scrape_interval_s, self.config.scrape_timeout_s)
         await asyncio.gather(health.check_all(), scraper.scrape_all())
         return [health.run(), scraper.run()]
+
+    async def probe_now(self, backend: Backend) -> None:
+        """Probe a replica new to the prefill pool (a reload, the autoscaler) at once."""
+        if self.health is not None:
+            await self.health.check_one(backend)
 
     async def before_decode(self, fwd: Forward, client_headers: Mapping[str, str], request_id: str) -> Forward:
         """Run the prefill phase; the Forward to dispatch to the decode pool (with the prefill

@@ -26,11 +26,15 @@ def apply_fleet(pool: BackendPool, specs: tuple[BackendSpec, ...], source: str =
 
 class FleetWatcher:
     def __init__(self, path: Path, pool: BackendPool, interval_s: float,
-                 on_added: Callable[[Backend], Awaitable[None]]) -> None:
+                 on_added: Callable[[Backend], Awaitable[None]],
+                 prefill: tuple[BackendPool, Callable[[Backend], Awaitable[None]]] | None = None) -> None:
         self.path = path
         self.pool = pool
         self.interval_s = interval_s
         self.on_added = on_added
+        self.prefill = prefill
+        """P/D (proxy/pd.py): the prefill pool, which takes the file's `role: prefill` backends, and
+        its probe for new ones."""
         self._stamp: tuple[float, int] | None = None
 
     def _current_stamp(self) -> tuple[float, int] | None:
@@ -63,9 +67,13 @@ class FleetWatcher:
         except (OSError, ConfigError) as exc:
             log.error("fleet file %s not reloaded, the last good one stays: %s", self.path, one_line(str(exc)))
             return False
-        # the prefill pool is fixed at start (proxy/pd.py); the file's other backends are this pool's
+        # P/D: `role: prefill` backends are the prefill pool's (proxy/pd.py), the others this pool's
         for backend in apply_fleet(self.pool, tuple(b for b in fleet.backends if b.role != "prefill")):
             await self.on_added(backend)
+        if self.prefill is not None:
+            prefill_pool, probe = self.prefill
+            for backend in apply_fleet(prefill_pool, tuple(b for b in fleet.backends if b.role == "prefill")):
+                await probe(backend)
         log.info("fleet file %s reloaded: %d backends", self.path, len(fleet.backends))
         return True
 

@@ -214,9 +214,6 @@ def _check_scaled_group(fleet: Fleet) -> None:
     if fleet.autoscaler.engines and fleet.autoscaler.engines not in {g.name for g in fleet.engines}:
         raise ConfigError("autoscaler.engines", fleet.autoscaler.engines, "names no engine group")
     group = fleet.scaled_group()
-    assert group is not None
-    if group.role == "prefill":  # the proxy's autoscaler grows its ordinary pool: the decode pool
-        raise ConfigError("autoscaler.engines", group.name, "is a prefill group; only a decode or colocated "
-                          "group can be autoscaled")
+    assert group is not None  # a prefill group's autoscaler scales the proxy's prefill pool (role: prefill)
     fleet.autoscaler.check(group)
 

@@ -229,6 +229,8 @@ class AutoscalerSection:
         section: dict[str, object] = {"actuator": "local", "time_scale": group.time_scale, **self.settings}
         section.update(engine_cmd=without_address(group.command(port=0)), flavor=group.flavor,
                        min=group.min_replicas, max=group.max_replicas, weight=group.capacity_weight())
+        if group.role:  # P/D: the pool it scales (proxy/autoscale/setup.py)
+            section["role"] = group.role
         if log_dir is not None:
             section["engine_log_dir"] = str(log_dir)
         return section

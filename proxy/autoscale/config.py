@@ -10,7 +10,9 @@
       recommend_only: false           # true: decide and export, let HPA or KEDA act
       pool: vllm                      # the `pool` label of flotilla_autoscaler_desired_replicas
 
-Flags given on the command line win over the file.
+A P/D proxy (docs/pd.md) scales each pool on its own: the section is then a list, one mapping
+per pool, each with `role: prefill` or `role: decode` (policies pd-prefill and pd-decode).
+Flags given on the command line win over the file (over its decode section when it has several).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from policies.scaling import create_policy
 from proxy.config import FLAVORS, ConfigError, load_yaml, read_config_file
 
 ACTUATORS = ("local", "docker", "kubernetes")
+ROLES = ("", "prefill", "decode")
 
 
 @dataclass
@@ -94,13 +97,15 @@ class AutoscaleConfig:
     or KEDA acts on the metric. The fleet the policy sees is the kubernetes actuator's pods (it
     only watches them), else every replica in the proxy's pool."""
     pool: str | None = None
-    """The `pool` label of the desired-replicas metric; None: the Kubernetes workload's name, else
-    `default`."""
+    """The `pool` label of the desired-replicas metric; None: the role, else the Kubernetes
+    workload's name, else `default`."""
+    role: str = ""
+    """P/D (docs/pd.md): `prefill` scales the prefill pool, `decode` (or "") the proxy's ordinary pool."""
 
     @property
     def pool_label(self) -> str:
-        if self.pool:
-            return self.pool
+        if self.pool or self.role:
+            return self.pool or self.role
         workload = self.kubernetes.get("workload") if self.actuator == "kubernetes" else None
         return str(workload).rpartition("/")[2] if workload else "default"
 
@@ -109,6 +114,8 @@ class AutoscaleConfig:
             create_policy(self.policy)  # a bad spec fails here, naming the setting at fault
         except ValueError as exc:  # an unknown name, or a key or value the registry names
             raise ConfigError("policy", self.policy, str(exc)) from None
+        if self.role not in ROLES:
+            raise ConfigError("role", self.role, "must be prefill or decode")
         if self.actuator not in ACTUATORS:
             raise ConfigError("actuator", self.actuator, f"must be one of {', '.join(ACTUATORS)}")
         if self.flavor is not None and self.flavor not in FLAVORS:
@@ -183,41 +190,65 @@ _FLAGS = {
 
 def config_from_args(args: argparse.Namespace) -> AutoscaleConfig | None:
     """The autoscaler asked for by flags and the --config file's `autoscaler:` section; None when
-    neither asks for one."""
-    raw = file_section(getattr(args, "config", None))
-    if raw is None and getattr(args, "autoscale", None) is None:
-        return None
-    raw = dict(raw or {})
-    for flag, (name, section) in _FLAGS.items():
+    neither asks for one (the decode pool's, when the file scales several: configs_from_args)."""
+    return next((c for c in configs_from_args(args) if c.role != "prefill"), None)
+
+
+def configs_from_args(args: argparse.Namespace) -> list[AutoscaleConfig]:
+    """One autoscaler per pool: the --config file's `autoscaler:` sections, the flags laid over
+    its decode (or colocated) one, or making one when it has none and --autoscale is given."""
+    sections = file_sections(getattr(args, "config", None))
+    ordinary = next((i for i, s in enumerate(sections) if s.get("role") != "prefill"), None)
+    if ordinary is None and getattr(args, "autoscale", None) is not None:
+        sections, ordinary = [*sections, {}], len(sections)
+    configs = [config_from_mapping(_with_flags(s, args) if i == ordinary else s) for i, s in enumerate(sections)]
+    return sorted(configs, key=lambda c: c.role == "prefill")  # the ordinary pool's first: it owns the fleet series
+
+
+def _with_flags(section: dict, args: argparse.Namespace) -> dict:
+    raw = dict(section)
+    for flag, (name, nested) in _FLAGS.items():
         value = getattr(args, flag, None)
         if value is None:
             continue
-        if section is None:
+        if nested is None:
             raw[name] = value
         else:
-            raw[section] = {**(raw.get(section) or {}), name: value}
+            raw[nested] = {**(raw.get(nested) or {}), name: value}
     if getattr(args, "prometheus_query", None):
         raw["prometheus_queries"] = tuple(args.prometheus_query)
-    return config_from_mapping(raw)
+    return raw
 
 
 def file_section(path: Path | None) -> dict | None:
-    """The `autoscaler:` mapping of a fleet file (top level or under `proxy:`), if it has one."""
+    """The `autoscaler:` mapping of a fleet file (top level or under `proxy:`), if it has one
+    (the decode pool's, when it lists several)."""
+    return next((s for s in file_sections(path) if s.get("role") != "prefill"), None)
+
+
+def file_sections(path: Path | None) -> list[dict]:
+    """The `autoscaler:` section of a fleet file (top level or under `proxy:`): a mapping, or a
+    list of them with one `role` each (a P/D proxy's two pools)."""
     if path is None:
-        return None
+        return []
     data = load_yaml(read_config_file(Path(path)), str(path)) or {}
     if not isinstance(data, dict):
-        return None
+        return []
     section = data.get("autoscaler")
     if section is None and isinstance(data.get("proxy"), dict):
         section = data["proxy"].get("autoscaler")
-    if section is not None and not isinstance(section, dict):
-        raise ConfigError("autoscaler", section, "must be a mapping", str(path))
+    sections = section if isinstance(section, list) else [] if section is None else [section]
     try:
-        check_types(section or {})
+        for item in sections:
+            if not isinstance(item, dict):
+                raise ConfigError("autoscaler", item, "must be a mapping, or a list of them (one per P/D role)")
+            check_types(item)
+        roles = ["prefill" if item.get("role") == "prefill" else "decode" for item in sections]
+        if len(set(roles)) < len(roles):
+            raise ConfigError("autoscaler.role", roles, "one section per pool: prefill, decode")
     except ConfigError as exc:
         raise exc.located(str(path)) from None
-    return section
+    return [dict(item) for item in sections]
 
 
 # Keys of `flotilla up`'s autoscaler section that describe the engine group, not this process.
@@ -250,6 +281,7 @@ _TYPES: dict[str, tuple[Callable[[object], bool], str]] = {
                            "a list of FIELD=PROMQL strings"),
     "hold": (_is(dict), "a mapping"), "docker": (_is(dict), "a mapping"), "kubernetes": (_is(dict), "a mapping"),
     "recommend_only": (lambda v: isinstance(v, bool), "true or false"), "pool": (_is(str), "a string"),
+    "role": (_is(str), "prefill or decode"),
 }
 
 

@@ -6,17 +6,32 @@ at zero and the dashboards, the simulator and the proxy agree.
 
 from __future__ import annotations
 
+import weakref
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from policies.scaling.observe import METRICS, REASON_LABELS, STATE_LABELS, DecisionRecord
+
+_FAMILIES: weakref.WeakKeyDictionary[CollectorRegistry, AutoscalerMetrics] = weakref.WeakKeyDictionary()
+"""The first autoscaler's metrics of each registry: a P/D proxy's second one shares its families."""
 
 
 class AutoscalerMetrics:
     def __init__(self, registry: CollectorRegistry, policy: str, pool: str = "default") -> None:
         self.policy = policy
+        first = _FAMILIES.get(registry)
+        self.owns_fleet_series = first is None
+        """False for a P/D proxy's second autoscaler (the prefill pool's): it adds its desired
+        count {pool} and decisions {policy}; the unlabelled replica, cold-start and holding
+        series stay the first one's."""
+        if first is not None:
+            self._share(first, policy, pool)
+            return
+        _FAMILIES[registry] = self
+        self._desired_family = Gauge("flotilla_autoscaler_desired_replicas",
+                                     METRICS["flotilla_autoscaler_desired_replicas"], ["pool"], registry=registry)
         # labelled by pool, so the Prometheus adapter (HPA) or KEDA selects the pool it scales
-        self.desired = Gauge("flotilla_autoscaler_desired_replicas", METRICS["flotilla_autoscaler_desired_replicas"],
-                             ["pool"], registry=registry).labels(pool)
+        self.desired = self._desired_family.labels(pool)
         self.replicas = Gauge("flotilla_autoscaler_replicas", METRICS["flotilla_autoscaler_replicas"], ["state"],
                               registry=registry)
         self.decisions = Counter("flotilla_autoscaler_decisions", METRICS["flotilla_autoscaler_decisions"],
@@ -34,6 +49,14 @@ class AutoscalerMetrics:
         for state in STATE_LABELS:
             self.replicas.labels(state).set(0)
 
+    def _share(self, first: AutoscalerMetrics, policy: str, pool: str) -> None:
+        self._desired_family = first._desired_family
+        self.desired = first._desired_family.labels(pool)
+        self.decisions, self.replicas, self.cold_start = first.decisions, first.replicas, first.cold_start
+        self.arrivals, self.held, self.hold_rejections = first.arrivals, first.held, first.hold_rejections
+        for reason in REASON_LABELS:
+            self.decisions.labels(policy, reason)
+
     def observe(self, record: DecisionRecord) -> None:
         """One decision of the loop."""
         self.desired.set(record.desired)
@@ -41,6 +64,8 @@ class AutoscalerMetrics:
         self.set_replicas(record.replicas, record.cold_start_s)
 
     def set_replicas(self, counts: dict[str, int], cold_start_s: float | None) -> None:
+        if not self.owns_fleet_series:
+            return
         for state, count in counts.items():
             self.replicas.labels(state).set(count)
         if cold_start_s is not None:

@@ -20,20 +20,24 @@ from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
+from prometheus_client import Histogram
 
 from policies.scaling import create_policy
 from policies.scaling.base import ScalingPolicy
 from proxy.app import PROXY_KEY
 from proxy.autoscale.actuator import Actuator, ObserveNothing
-from proxy.autoscale.config import AutoscaleConfig
+from proxy.autoscale.config import AutoscaleConfig, HoldSettings
 from proxy.autoscale.holder import Holder, hold_middleware
 from proxy.autoscale.local import LocalActuator, guess_flavor
 from proxy.autoscale.loop import Autoscaler, LoopSettings, ScaledClock, SignalSource
 from proxy.autoscale.metrics import AutoscalerMetrics
 from proxy.autoscale.signals import ArrivalCounter, PoolSignals, PrometheusSignals, parse_query_args
+from proxy.pd import PrefillStage
 from proxy.pool import BackendPool
 
 AUTOSCALER_KEY: web.AppKey[AutoscaleRuntime] = web.AppKey("autoscaler")
+PREFILL_AUTOSCALER_KEY: web.AppKey[AutoscaleRuntime] = web.AppKey("prefill_autoscaler")
+"""P/D: the prefill pool's autoscaler (`role: prefill`), beside the decode pool's AUTOSCALER_KEY."""
 
 
 def build_policy(config: AutoscaleConfig) -> ScalingPolicy:
@@ -97,7 +101,7 @@ class AutoscaleRuntime:
         if self.autoscaler is not None:
             self.autoscaler.request_replica()
 
-    async def start(self, ttft_histogram) -> None:
+    async def start(self, ttft_histogram: Histogram | None) -> None:
         self.session = aiohttp.ClientSession()
         held = lambda: self.holder.held  # noqa: E731 - read at sample time
         source: SignalSource
@@ -128,7 +132,10 @@ class AutoscaleRuntime:
 
 def attach(app: web.Application, config: AutoscaleConfig, pool: BackendPool | None = None) -> AutoscaleRuntime:
     """Run the autoscaler inside the proxy `app` (call before the app starts). The policy spec
-    is checked here, so a bad one fails before anything listens."""
+    is checked here, so a bad one fails before anything listens. `role: prefill` scales the P/D
+    prefill pool (attach_prefill_pool), every other the proxy's ordinary pool."""
+    if config.role == "prefill":
+        return attach_prefill_pool(app, config, pool)
     proxy = app[PROXY_KEY]
     pool = pool if pool is not None else proxy.pool
     policy = build_policy(config)
@@ -149,6 +156,35 @@ def attach(app: web.Application, config: AutoscaleConfig, pool: BackendPool | No
 
     async def on_startup(_app: web.Application) -> None:
         await runtime.start(proxy.metrics.ttft)
+
+    async def on_cleanup(_app: web.Application) -> None:
+        await runtime.stop()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    return runtime
+
+
+def attach_prefill_pool(app: web.Application, config: AutoscaleConfig,
+                        pool: BackendPool | None = None) -> AutoscaleRuntime:
+    """Scale a P/D proxy's prefill pool (docs/pd.md): its own policy (pd-prefill reads waiting
+    prompts and TTFT p90), signals from the prefill replicas' scrapes, and TTFT as the proxy's
+    prefill phase (flotilla_pd_prefill_seconds). No request is held for it: with no prefill
+    replica a request is prefilled on its decode replica. A proxy without prefill backends gets
+    its prefill stage here, so the pool may start empty and grow."""
+    proxy = app[PROXY_KEY]
+    if proxy.prefill is None:
+        proxy.prefill = PrefillStage(proxy.config, proxy.metrics, proxy.rng)
+    stage = proxy.prefill
+    pool = pool if pool is not None else stage.pool
+    policy = build_policy(config)
+    metrics = AutoscalerMetrics(proxy.metrics.registry, policy.name, config.pool_label)
+    holder = Holder(pool, HoldSettings(max_requests=0))  # never consulted: no hold middleware
+    runtime = AutoscaleRuntime(config, policy, pool, metrics, ArrivalCounter(), holder)
+    app[PREFILL_AUTOSCALER_KEY] = runtime
+
+    async def on_startup(_app: web.Application) -> None:
+        await runtime.start(stage.metrics.prefill_s)
 
     async def on_cleanup(_app: web.Application) -> None:
         await runtime.stop()

@@ -40,6 +40,8 @@ SUMMED = {
 }
 KV_USAGE_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 QUANTILES = {"ttft_p50_s": 0.5, "ttft_p90_s": 0.9, "ttft_p99_s": 0.99}
+TPOT = "vllm:request_time_per_output_token_seconds"
+"""The engines' time per output token histogram; the scraper keeps its _sum and _count."""
 
 DEFAULT_PROMETHEUS_QUERIES: dict[str, str] = {
     "arrival_rate_rps": "sum(rate(flotilla_autoscaler_arrivals_total[1m]))",
@@ -123,6 +125,7 @@ class PoolSignals:
     def __post_init__(self) -> None:
         self._rate = RateTracker()
         self._last_buckets: dict[float, float] = {}
+        self._last_tpot: dict[str, tuple[float, float]] = {}
 
     async def sample(self, at_s: float) -> ScalingSignals:
         samples = [b.sample for b in self.pool if b.state in SERVING_STATES and b.sample is not None]
@@ -134,6 +137,7 @@ class PoolSignals:
         kv = [v for s in samples if (v := _first(s.metrics, KV_USAGE_NAMES)) is not None]
         values["kv_cache_usage"] = sum(kv) / len(kv) if kv else None
         values.update(self._ttft())
+        values["tpot_p90_s"] = self._tpot()
         return ScalingSignals(at_s=at_s, arrival_rate_rps=self._rate.rate(at_s, self.arrivals.count), **values)
 
     def _ttft(self) -> dict[str, float | None]:
@@ -143,6 +147,21 @@ class PoolSignals:
         window = [(le, count - self._last_buckets.get(le, 0.0)) for le, count in now.items()]
         self._last_buckets = now
         return {name: histogram_quantile(q, window) for name, q in QUANTILES.items()}
+
+
+    def _tpot(self) -> float | None:
+        """The serving replicas' mean time per output token over the requests finished since the
+        last sample (from their histograms' _sum and _count; the scraper keeps no buckets, so
+        this mean stands in for the p90 a pd-decode policy reads)."""
+        now = {b.url: (b.sample.metrics[TPOT + "_sum"], b.sample.metrics[TPOT + "_count"]) for b in self.pool
+               if b.state in SERVING_STATES and b.sample is not None and TPOT + "_count" in b.sample.metrics}
+        seconds = count = 0.0
+        for url, (total, n) in now.items():
+            last_total, last_n = self._last_tpot.get(url, (0.0, 0.0))
+            if n >= last_n:  # a restarted engine starts its counts again: its window is lost
+                seconds, count = seconds + total - last_total, count + n - last_n
+        self._last_tpot = now
+        return seconds / count if count > 0 else None
 
 
 def _sum(values: Iterable[float | None]) -> float | None:

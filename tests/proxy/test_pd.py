@@ -10,13 +10,17 @@ import socket
 
 import aiohttp
 import pytest
+from aiohttp import web
+from multidict import CIMultiDict
 
 from fake_engines.driver.faults import FaultConfig, FaultInjector
 from fake_engines.factory.vllm_config import kv_transfer_config_of
 from fake_engines.vllm.config import VllmServeConfig
 from fake_engines.vllm.server import start_vllm
+from flotilla.proxy_cmd import autoscale_config as autoscale_configs
 from flotilla.proxy_cmd import build_config
-from proxy.app import start_proxy
+from policies.routing.base import BackendState
+from proxy.app import PROXY_KEY, start_proxy
 from proxy.config import BackendSpec, HealthConfig, ProxyConfig
 from proxy.pd import PREFILL_PARAMS, prefill_body
 from tests.fake_engines.scrape import value
@@ -207,5 +211,201 @@ engines:
         parse_fleet_file("engines:\n  - {flavor: llamacpp, model: llama-3.1-8b, role: prefill}\n")
     with pytest.raises(ConfigError, match="role"):
         parse_fleet_file("engines:\n  - {flavor: vllm, model: llama-3.1-8b, role: prefil}\n")
-    with pytest.raises(ConfigError, match="prefill group"):  # the autoscaler grows the decode pool
-        parse_fleet_file(text + "autoscaler: {engines: p}\n")
+    scaled = parse_fleet_file(text.replace("name: p,", "name: p, max: 3,") + "autoscaler: {engines: p, policy: pd-prefill}\n")
+    section, group = scaled.autoscaled()
+    assert section.for_proxy(group)["role"] == "prefill"  # its autoscaler scales the proxy's prefill pool
+
+
+# --- the live proxy's P/D pools: one request id, reloads, an autoscaler per pool (stub engines) ----
+
+
+class StubEngine:
+    """A vLLM stand-in on 127.0.0.1: /health, /v1/models, /metrics from `metrics`, and completions
+    that record their headers and body; a prefill request is answered with kv_transfer_params."""
+
+    def __init__(self, metrics: str = "") -> None:
+        self.metrics = metrics
+        self.tpot_count = 0
+        self.seen: list[tuple[CIMultiDict, dict]] = []
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def start(self) -> StubEngine:
+        app = web.Application()
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_post("/v1/completions", self._complete)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+        return self
+
+    async def _health(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _models(self, _request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "m", "object": "model"}]})
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        self.tpot_count += 1  # "tpot" in the text: every request since the last scrape took 0.3 s a token
+        text = self.metrics.replace("TPOT_COUNT", str(self.tpot_count)).replace("TPOT_SUM", str(0.3 * self.tpot_count))
+        return web.Response(text=text, content_type="text/plain")
+
+    async def _complete(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.seen.append((CIMultiDict(request.headers), body))
+        params = body.get("kv_transfer_params") or {}
+        answer: dict = {"id": "cmpl-1", "object": "text_completion", "model": "m",
+                        "choices": [{"index": 0, "text": " x", "finish_reason": "length"}],
+                        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}
+        if params.get("do_remote_decode"):
+            answer["kv_transfer_params"] = {"do_remote_prefill": True, "remote_engine_id": self.url,
+                                            "remote_block_ids": [[1]], "remote_host": "127.0.0.1"}
+        return web.json_response(answer)
+
+    async def close(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+@pytest.fixture
+async def stubs():
+    made: list[StubEngine] = []
+
+    async def start(metrics: str = "") -> StubEngine:
+        made.append(await StubEngine(metrics).start())
+        return made[-1]
+
+    yield start
+    for stub in made:
+        await stub.close()
+
+
+def _fleet_file(path, prefill: list[str], decode: list[str], autoscaler: str = "") -> None:
+    lines = ["backends:"] + [f"  - {{url: {u}, flavor: vllm, role: prefill}}" for u in prefill]
+    lines += [f"  - {{url: {u}, flavor: vllm, role: decode}}" for u in decode]
+    path.write_text("\n".join(lines) + "\n" + autoscaler)
+
+
+def _proxy_args(path):
+    import argparse
+
+    from flotilla.proxy_cmd import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(["--config", str(path), "--port", "0", "--health-interval-s", "0.1",
+                              "--scrape-interval-s", "0.1"])
+
+
+async def test_both_phases_carry_one_request_id_and_reloads_update_the_prefill_pool(stubs, tmp_path):
+    p1, p2, d1 = await stubs(), await stubs(), await stubs()
+    fleet = tmp_path / "fleet.yaml"
+    _fleet_file(fleet, [p1.url], [d1.url])
+    config = build_config(_proxy_args(fleet))
+    config.reload_interval_s = 0.05
+    running = await start_proxy(config)
+    try:
+        async with aiohttp.ClientSession() as session:
+            for sent in ("client-id-7", None):
+                headers = {"X-Request-Id": sent} if sent else {}
+                async with session.post(running.url + "/v1/completions", headers=headers,
+                                        json={"model": "m", "prompt": "hi", "max_tokens": 4}) as resp:
+                    assert resp.status == 200, await resp.text()
+                    answered = resp.headers["X-Request-Id"]
+                prefill_id, decode_id = p1.seen[-1][0]["X-Request-Id"], d1.seen[-1][0]["X-Request-Id"]
+                assert prefill_id == decode_id == answered == (sent or answered)  # the client's, else the proxy's
+                assert d1.seen[-1][1]["kv_transfer_params"]["remote_engine_id"] == p1.url  # it was a P/D request
+            assert p1.seen[0][0]["X-Request-Id"] != p1.seen[1][0]["X-Request-Id"]  # a new id per request
+            prefill_pool = running.app[PROXY_KEY].prefill.pool
+            _fleet_file(fleet, [p2.url], [d1.url])  # the prefill replica is replaced
+            await wait_until(lambda: prefill_pool.find(p2.url) is not None
+                             and prefill_pool.find(p2.url).state is BackendState.READY, what="p2 in the prefill pool")
+            gone = prefill_pool.find(p1.url)
+            assert gone is None or gone.state is BackendState.DRAINING  # drained (and dropped once idle)
+            assert running.app[PROXY_KEY].pool.find(p2.url) is None  # not a decode backend
+            async with session.post(running.url + "/v1/completions",
+                                    json={"model": "m", "prompt": "hi", "max_tokens": 4}) as resp:
+                assert resp.status == 200
+            assert len(p2.seen) == 1 and len(p1.seen) == 2
+    finally:
+        await running.close()
+
+
+PREFILL_METRICS = """# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="m"} 6.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{model_name="m"} 0.0
+"""
+DECODE_METRICS = """# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="m"} 0.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{model_name="m"} 0.1
+# TYPE vllm:request_time_per_output_token_seconds histogram
+vllm:request_time_per_output_token_seconds_bucket{le="+Inf",model_name="m"} TPOT_COUNT
+vllm:request_time_per_output_token_seconds_count{model_name="m"} TPOT_COUNT
+vllm:request_time_per_output_token_seconds_sum{model_name="m"} TPOT_SUM
+"""
+AUTOSCALERS = """autoscaler:
+  - {role: prefill, policy: "pd-prefill:interval_s=0.2", min: 0, max: 2, sample_interval_s: 0.1, engine_cmd: stub}
+  - {role: decode, policy: "pd-decode:interval_s=0.2", min: 0, max: 2, sample_interval_s: 0.1, engine_cmd: stub}
+"""
+
+
+async def test_a_fleet_file_autoscales_the_prefill_and_the_decode_pool_each_on_its_own_signals(
+        stubs, tmp_path, monkeypatch):
+    """The prefill pool's replicas queue prompts (its signal) while their KV is empty; the decode
+    pool's have KV to spare and nothing waiting, but 0.3 s a token over a 0.1 s TPOT target (its
+    signal). Each autoscaler grows its own pool to its max; read crosswise, neither would."""
+    from proxy.autoscale import actuator, setup
+
+    class StubActuator(actuator.Actuator):
+        flavor = "vllm"
+
+        def __init__(self, metrics: str) -> None:
+            self.metrics, self.started = metrics, 0
+
+        async def start_replica(self) -> actuator.ReplicaHandle:
+            self.started += 1
+            stub = await stubs(self.metrics)
+            return actuator.ReplicaHandle(stub.url, stub.url)
+
+        async def stop_replica(self, replica_id: str, grace_s: float = 10.0) -> None:
+            pass
+
+        async def shutdown(self) -> None:
+            pass
+
+    made: dict[str, StubActuator] = {}
+
+    def build(config):
+        made[config.role] = StubActuator(PREFILL_METRICS if config.role == "prefill" else DECODE_METRICS)
+        return made[config.role]
+
+    monkeypatch.setattr(setup, "build_actuator", build)
+    p1, d1 = await stubs(PREFILL_METRICS), await stubs(DECODE_METRICS)
+    fleet = tmp_path / "fleet.yaml"
+    _fleet_file(fleet, [p1.url], [d1.url], AUTOSCALERS)
+    args = _proxy_args(fleet)
+    configs = autoscale_configs(args)
+    assert [(c.role, c.pool_label) for c in configs] == [("decode", "decode"), ("prefill", "prefill")]
+    running = await start_proxy(build_config(args), extend=lambda app: [setup.attach(app, c) for c in configs])
+    try:
+        proxy = running.app[PROXY_KEY]
+        await wait_until(lambda: len(proxy.prefill.pool) == 3 and len(proxy.pool) == 3, timeout_s=20,
+                         what="both pools at 1 + max 2")
+        assert {b.url for b in proxy.prefill.pool} >= {p1.url} and p1.url not in {b.url for b in proxy.pool}
+        assert made["prefill"].started == made["decode"].started == 2
+        prefill_rt, decode_rt = running.app[setup.PREFILL_AUTOSCALER_KEY], running.app[setup.AUTOSCALER_KEY]
+        assert prefill_rt.policy.name == "pd-prefill" and decode_rt.policy.name == "pd-decode"
+        assert any("tpot_p90_s" in d.detail for d in decode_rt.autoscaler.decisions)
+        async with aiohttp.ClientSession() as session, session.get(running.url + "/metrics") as resp:
+            text = await resp.text()
+        assert 'flotilla_autoscaler_desired_replicas{pool="prefill"} 2.0' in text
+        assert 'flotilla_autoscaler_desired_replicas{pool="decode"} 2.0' in text
+        assert 'flotilla_autoscaler_decisions_total{policy="pd-prefill",reason="scale-up"}' in text
+    finally:
+        await running.close()
