@@ -212,8 +212,7 @@ engines:
     with pytest.raises(ConfigError, match="role"):
         parse_fleet_file("engines:\n  - {flavor: vllm, model: llama-3.1-8b, role: prefil}\n")
     scaled = parse_fleet_file(text.replace("name: p,", "name: p, max: 3,") + "autoscaler: {engines: p, policy: pd-prefill}\n")
-    section, group = scaled.autoscaled()
-    assert section.for_proxy(group)["role"] == "prefill"  # its autoscaler scales the proxy's prefill pool
+    assert proxy_fleet_file(scaled, started[1:])["autoscaler"]["role"] == "prefill"  # it scales the prefill pool
 
 
 # --- the live proxy's P/D pools: one request id, reloads, an autoscaler per pool (stub engines) ----
