@@ -24,9 +24,10 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fake_engines.factory import build_engine
+from fake_engines.core import VllmScheduler
+from fake_engines.factory import VllmServeConfig, build_engine
 from fake_engines.factory.catalogue import catalogue_of
-from fake_engines.factory.vllm_engine import kv_dtype_bytes_of
+from fake_engines.factory.vllm_engine import VllmEngineSpec, kv_dtype_bytes_of
 from fake_engines.perf.kv_transfer import (
     DEFAULT_KV_LINK,
     KV_LINKS,
@@ -108,11 +109,11 @@ class PullingReplica:
 
     def submit(self, job: SimJob, now_s: float) -> list[Event]:
         events = self.inner.submit(job, now_s)
-        core = self.inner.core
-        request = core.requests.get(str(job.index))  # type: ignore[union-attr]  # vLLM cores only
+        core = _vllm_core(self.inner)
+        request = core.requests.get(str(job.index))
         if request is None:  # refused (400): nothing to pull
             return events
-        hits = core.num_local_hit_tokens(request)  # type: ignore[union-attr]
+        hits = core.num_local_hit_tokens(request)
         transfer = kv_transfer(blocks_to_pull(request.num_prompt_tokens, hits, self.block_size),
                                self.block_bytes, self.link.link)
         self.stats.alone_s.append(transfer.seconds)
@@ -146,8 +147,8 @@ class PullingReplica:
 
     def _pulled(self, job: SimJob, now_s: float) -> list[Event]:
         rid = str(job.index)
-        core = self.inner.core
-        events = self.inner.wake(now_s, lambda: core.finish_remote_kv_load(rid))  # type: ignore[union-attr]
+        core = _vllm_core(self.inner)
+        events = self.inner.wake(now_s, lambda: core.finish_remote_kv_load(rid))
         return events + self.on_pulled(job, now_s)
 
     def metrics(self) -> ReplicaMetrics:
@@ -176,6 +177,13 @@ def _pool_autoscaler(scaler: SimAutoscaler | None, latency_signal: str) -> PoolA
         return None
     return PoolAutoscaler(policy=scaler.policy, cold_start_s=scaler.cold_start_s, capacity_rps=scaler.capacity_rps,
                           latency_signal=latency_signal)
+
+
+def _vllm_core(replica: CoreReplica) -> VllmScheduler:
+    """A P/D replica's core: a vLLM one (PdSim builds only those)."""
+    core = replica.core
+    assert isinstance(core, VllmScheduler)
+    return core
 
 
 class _PrefillPool(FleetSim):
@@ -228,11 +236,12 @@ class PdSim:
             groups = (spec.group(fleet.prefill_replicas, seed), spec.group(fleet.decode_replicas, seed))
         self.spec, self.fleet, self.slo, self.groups = spec, fleet, slo, groups
         engine = build_engine(groups[1].engine_config())  # the decode side pulls: its layout's bytes
-        config = engine.config
+        config, sized = engine.config, engine.spec
+        if not isinstance(config, VllmServeConfig) or not isinstance(sized, VllmEngineSpec):
+            raise ValueError("a P/D fleet is a vLLM fleet (the NIXL connector): its groups need flavor vllm")
         link = catalogue_of(config.catalogue).link(fleet.kv_link)
-        block = config.resolved_block_size  # type: ignore[union-attr]
-        block_bytes = kv_block_bytes_per_gpu(engine.spec.model, engine.spec.layout,  # type: ignore[union-attr]
-                                             kv_dtype_bytes_of(config), block)  # type: ignore[arg-type]
+        block = config.resolved_block_size
+        block_bytes = kv_block_bytes_per_gpu(sized.model, sized.layout, kv_dtype_bytes_of(config), block)
         self.stats = PullStats()
         self.pulled_from: dict[int, tuple[int, float]] = {}  # request -> (prefill replica, pull asked at)
         self.links: list[SharedLink] = []
@@ -270,7 +279,7 @@ class PdSim:
             scrape_interval_s=scrape_interval_s, autoscaler=scaler(fleet.decode_autoscale, members_d, "tpot_p90_s"),
             gpus_of=members_d.gpus, queue=self.prefill.queue)
         self.decode.upstream = self.prefill
-        self.prefill.handoff = self._handoff  # type: ignore[method-assign]
+        self.prefill.handoff = self._handoff
 
     def _handoff(self, req: TraceRequest, index: int, prefill_replica: int, now_s: float) -> None:
         """The prefill finished: the router sends the request, with its kv_transfer_params, to decode."""
@@ -289,8 +298,8 @@ class PdSim:
         self.stats.seconds.append(now_s - asked_s)
         replica = self.prefill.replicas[prefill_replica]
         assert isinstance(replica, CoreReplica)
-        core = replica.core
-        return replica.wake(now_s, lambda: core.release_transfer_hold(str(job.index)))  # type: ignore[union-attr]
+        core = _vllm_core(replica)
+        return replica.wake(now_s, lambda: core.release_transfer_hold(str(job.index)))
 
     def run(self, workload: Iterable[TraceRequest], label: str | None = None) -> RunResult:
         queue = self.decode.queue
