@@ -20,14 +20,15 @@ from fake_engines.driver.serving import json_body, write_sse
 from fake_engines.llamacpp import anthropic, responses, shapes
 from fake_engines.llamacpp.app import SERVER_KEY, LlamaServer
 from fake_engines.llamacpp.errors import parse_json
+from fake_engines.llamacpp.progress import progress_reports
 from fake_engines.llamacpp.routes import (
     SSE_HEADERS,
     LlamaRequest,
-    _abort,
-    _collect_one,
-    _pieces,
+    abort_tasks,
+    collect_task,
     parse_request,
     submit_all,
+    task_pieces,
 )
 from fake_engines.llamacpp.telemetry import request_timings
 
@@ -71,8 +72,8 @@ async def _run(request: web.Request, convert: Callable[[dict], dict], whole, str
     body = parse_json(await request.read())
     req = parse_request(server, convert(body), "chat")
     handles = submit_all(server, req)
-    _abort(server, handles[1:])  # a Responses body may carry `n`: these routes answer with one task
-    cancel = functools.partial(_abort, server, handles[:1])
+    abort_tasks(server, handles[1:])  # a Responses body may carry `n`: these routes answer with one task
+    cancel = functools.partial(abort_tasks, server, handles[:1])
     try:
         if req.stream:
             return await write_sse(request, SSE_HEADERS, streamed(server, req, handles[0], body), cancel)
@@ -89,7 +90,7 @@ def _counts(handle: RequestHandle) -> tuple[int, int, int]:
 
 
 async def _message_body(server: LlamaServer, req: LlamaRequest, handle: RequestHandle) -> web.Response:
-    out = await _collect_one(server, req, handle)
+    out = await collect_task(server, req, handle)
     reply = anthropic.Reply(text=out.text)
     reason = anthropic.stop_reason(out.last.reason or "stop", reply)
     return json_body(anthropic.message_body(shapes.new_id(), server.config.model_id, reply, reason,
@@ -99,7 +100,7 @@ async def _message_body(server: LlamaServer, req: LlamaRequest, handle: RequestH
 async def _message_events(server: LlamaServer, req: LlamaRequest, handle: RequestHandle, body: dict) -> Events:
     stream = anthropic.MessageStream(shapes.new_id(), server.config.model_id)
     last = None
-    async with contextlib.aclosing(_pieces(server, req, handle)) as pieces:
+    async with contextlib.aclosing(task_pieces(server, req, handle)) as pieces:
         async for piece in pieces:
             last = piece
             n_prompt, n_cached, _ = _counts(handle)
@@ -111,7 +112,7 @@ async def _message_events(server: LlamaServer, req: LlamaRequest, handle: Reques
 
 
 async def _response_body(server: LlamaServer, req: LlamaRequest, handle: RequestHandle) -> web.Response:
-    out = await _collect_one(server, req, handle)
+    out = await collect_task(server, req, handle)
     return json_body(responses.response_body(responses.ResponseIds.new(), server.config.model_id, out.text,
                                              responses.usage(*_counts(handle)), int(time.time())))
 
@@ -120,7 +121,7 @@ async def _response_events(server: LlamaServer, req: LlamaRequest, handle: Reque
     """response.created/in_progress with the first token (carrying prompt_progress when asked), the text
     deltas (each carrying timings with timings_per_token), then the closing events with timings."""
     ids, text, started = responses.ResponseIds.new(), "", False
-    async with contextlib.aclosing(_pieces(server, req, handle)) as pieces:
+    async with contextlib.aclosing(task_pieces(server, req, handle)) as pieces:
         async for piece in pieces:
             events = [] if started else responses.created_events(ids)
             if not started and body.get("return_progress"):
@@ -141,7 +142,8 @@ async def _response_events(server: LlamaServer, req: LlamaRequest, handle: Reque
 
 
 def _progress(server: LlamaServer, handle: RequestHandle) -> dict:
-    """The prompt's processing report: done by the first token."""
+    """The prompt's last processing report (the whole prompt done by the first token), built as
+    /completion's return_progress builds its reports."""
     timings = request_timings(handle, server.driver.now_s())
     n_prompt, n_cached, _ = _counts(handle)
-    return {"total": n_prompt, "cache": n_cached, "processed": n_prompt, "time_ms": timings.prompt_ms}
+    return progress_reports(n_prompt, n_cached, server.config.n_batch, timings.prompt_ms)[-1]

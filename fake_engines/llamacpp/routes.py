@@ -223,12 +223,13 @@ def submit_all(server: LlamaServer, req: LlamaRequest) -> list[RequestHandle]:
         for prompt in req.prompts:
             handles += [submit(server, req, prompt, sample) for sample in range(req.n)]
     except LlamaError:
-        _abort(server, handles)
+        abort_tasks(server, handles)
         raise
     return handles
 
 
-def _abort(server: LlamaServer, handles: list[RequestHandle]) -> None:
+def abort_tasks(server: LlamaServer, handles: list[RequestHandle]) -> None:
+    """Abort each task (the client went away, or a sibling task was refused)."""
     for handle in handles:
         server.driver.abort(handle.request.request_id)  # frees the slot at once
 
@@ -242,7 +243,7 @@ async def serve(request: web.Request, body: dict, kind: str) -> web.StreamRespon
     server = request.app[SERVER_KEY]
     req = parse_request(server, body, kind)
     handles = submit_all(server, req)
-    cancel_tasks = functools.partial(_abort, server, handles)
+    cancel_tasks = functools.partial(abort_tasks, server, handles)
     try:
         if req.stream:
             return await write_sse(request, SSE_HEADERS, _events(server, req, handles), cancel_tasks)
@@ -267,8 +268,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return await _handle(request, "chat")
 
 
-async def _pieces(server: LlamaServer, req: LlamaRequest,
-                  handle: RequestHandle) -> AsyncGenerator[Piece, None]:
+async def task_pieces(server: LlamaServer, req: LlamaRequest,
+                      handle: RequestHandle) -> AsyncGenerator[Piece, None]:
     """The request's text step by step; a matched stop string ends the task at once."""
     sent = ""
     async for out in handle.outputs():
@@ -346,7 +347,7 @@ def _as_probs(entry: dict) -> dict:
 
 
 @dataclass
-class _Collected:
+class CollectedTask:
     """One task's whole answer."""
 
     text: str = ""
@@ -354,9 +355,10 @@ class _Collected:
     token_ids: list[int] | None = None
 
 
-async def _collect_one(server: LlamaServer, req: LlamaRequest, handle: RequestHandle) -> _Collected:
-    out = _Collected(token_ids=[])
-    async for piece in _pieces(server, req, handle):
+async def collect_task(server: LlamaServer, req: LlamaRequest, handle: RequestHandle) -> CollectedTask:
+    """Wait for one task's whole answer (a non-streamed reply)."""
+    out = CollectedTask(token_ids=[])
+    async for piece in task_pieces(server, req, handle):
         out.text += piece.text
         out.last = piece
         out.token_ids += piece.token_ids  # type: ignore[operator]
@@ -364,7 +366,7 @@ async def _collect_one(server: LlamaServer, req: LlamaRequest, handle: RequestHa
 
 
 async def _collect(server: LlamaServer, req: LlamaRequest, handles: list[RequestHandle]) -> web.Response:
-    results = await asyncio.gather(*(_collect_one(server, req, h) for h in handles))
+    results = await asyncio.gather(*(collect_task(server, req, h) for h in handles))
     use, timings = _finish(server, handles[0])  # llama-server reports the first task's usage and timings
     model, created = server.config.model_id, int(time.time())
     if req.kind == "native":
@@ -392,7 +394,7 @@ def _add_verbose(body: dict, native: dict) -> None:
         body["timings"] = timings
 
 
-def _choice_text(req: LlamaRequest, result: _Collected) -> dict:
+def _choice_text(req: LlamaRequest, result: CollectedTask) -> dict:
     reason = result.last.reason or "stop"
     if req.kind == "chat":
         return {"finish_reason": reason, "message": {"role": "assistant", "content": result.text}}
@@ -416,14 +418,14 @@ async def _merged(server: LlamaServer, req: LlamaRequest,
                   handles: list[RequestHandle]) -> AsyncGenerator[tuple[int, Piece], None]:
     """Every task's pieces as they come, with the task's choice index."""
     if len(handles) == 1:
-        async with contextlib.aclosing(_pieces(server, req, handles[0])) as pieces:
+        async with contextlib.aclosing(task_pieces(server, req, handles[0])) as pieces:
             async for piece in pieces:
                 yield 0, piece
         return
     queue: asyncio.Queue[tuple[int, Piece | None]] = asyncio.Queue()
 
     async def pump(index: int, handle: RequestHandle) -> None:
-        async for piece in _pieces(server, req, handle):
+        async for piece in task_pieces(server, req, handle):
             queue.put_nowait((index, piece))
         queue.put_nowait((index, None))
 
@@ -483,7 +485,7 @@ def _progress_events(server: LlamaServer, req: LlamaRequest, handle: RequestHand
     prompt_ms = request_timings(handle, server.driver.now_s()).prompt_ms
     events = []
     for report in progress_reports(request.num_prompt_tokens, request.num_cached_tokens or 0,
-                                   server.driver.core.config.n_batch, prompt_ms):
+                                   server.config.n_batch, prompt_ms):
         if req.kind == "chat":
             event = _indexed(shapes.chat_chunk(rid, created, model, {"role": "assistant", "content": None}, None), index)
         elif req.kind == "completion":

@@ -119,6 +119,8 @@ def test_openai_sdk_responses_whole_and_streamed(engine) -> None:
     events = _events(text)
     progress = [d for _, d in events if "prompt_progress" in d]
     assert progress and progress[0]["type"] == "response.in_progress" and progress[0]["prompt_progress"]["total"] > 0
+    report = progress[0]["prompt_progress"]  # /completion's last report: the whole prompt, whole milliseconds
+    assert report["processed"] == report["total"] and isinstance(report["time_ms"], int)
     assert all("timings" in d for n, d in events if n == "response.output_text.delta")
     assert events[-1][0] == "response.completed" and "timings" in events[-1][1]
 
