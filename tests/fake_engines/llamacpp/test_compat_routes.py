@@ -4,14 +4,13 @@ sockets: the openai SDK's Responses client, raw event streams, token counts and 
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 
 import openai
 import pytest
 
 from fake_engines.llamacpp.config import LlamaServerConfig
 from fake_engines.llamacpp.server import start_llama
+from tests.fake_engines.client import post
 from tests.fake_engines.engine_thread import EngineThread
 
 MODEL = "llama-3.1-8b-Q4_K_M.gguf"
@@ -22,16 +21,6 @@ def engine():
     config = LlamaServerConfig(model=MODEL, port=0, time_scale=0.01, n_parallel=2, n_ctx=2048)
     with EngineThread(lambda: start_llama(config, cold_start=False)) as running:
         yield running
-
-
-def _post(base: str, path: str, body: dict) -> tuple[int, str, str]:
-    """Status, Content-Type and body text."""
-    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, resp.headers["Content-Type"], resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.headers["Content-Type"], err.read().decode()
 
 
 def _events(text: str) -> list[tuple[str, dict]]:
@@ -47,10 +36,10 @@ def _events(text: str) -> list[tuple[str, dict]]:
 def test_anthropic_message_whole_and_streamed_and_its_token_count(engine) -> None:
     body = {"model": "claude", "max_tokens": 6, "system": "You are brief.",
             "messages": [{"role": "user", "content": [{"type": "text", "text": "Say"}, {"type": "text", "text": " hi"}]}]}
-    status, _, text = _post(engine.base_url, "/v1/messages/count_tokens", body)
+    status, _, text = post(engine.base_url, "/v1/messages/count_tokens", body)
     count = json.loads(text)
     assert status == 200 and set(count) == {"input_tokens"} and count["input_tokens"] > 0
-    status, _, text = _post(engine.base_url, "/v1/messages", {**body, "metadata": {"user_id": "u"}, "top_k": 4})
+    status, _, text = post(engine.base_url, "/v1/messages", {**body, "metadata": {"user_id": "u"}, "top_k": 4})
     message = json.loads(text)
     assert status == 200 and message["id"].startswith("chatcmpl-") and message["model"] == MODEL
     assert message["type"] == "message" and message["role"] == "assistant" and "timings" not in message
@@ -59,7 +48,7 @@ def test_anthropic_message_whole_and_streamed_and_its_token_count(engine) -> Non
     usage = message["usage"]
     assert usage["input_tokens"] + usage["cache_read_input_tokens"] == count["input_tokens"]
     assert 0 < usage["output_tokens"] <= 6
-    status, ctype, text = _post(engine.base_url, "/v1/messages", {**body, "stream": True})
+    status, ctype, text = post(engine.base_url, "/v1/messages", {**body, "stream": True})
     assert status == 200 and ctype.startswith("text/event-stream")
     events = _events(text)
     names = [name for name, _ in events]
@@ -77,7 +66,7 @@ def test_anthropic_message_whole_and_streamed_and_its_token_count(engine) -> Non
 
 def test_anthropic_stop_sequence_ends_the_turn_and_is_named(engine) -> None:
     # every generated word ends in a space: the first one meets the stop sequence
-    status, _, text = _post(engine.base_url, "/v1/messages", {
+    status, _, text = post(engine.base_url, "/v1/messages", {
         "max_tokens": 20, "stop_sequences": [" "], "messages": [{"role": "user", "content": "Count"}]})
     message = json.loads(text)
     assert status == 200 and message["stop_reason"] == "end_turn" and message["stop_sequence"] == " "
@@ -86,16 +75,16 @@ def test_anthropic_stop_sequence_ends_the_turn_and_is_named(engine) -> None:
 
 def test_input_tokens_counters_agree_with_the_chat_prompt(engine) -> None:
     messages = [{"role": "system", "content": "Book"}, {"role": "user", "content": "What is the best book"}]
-    status, _, text = _post(engine.base_url, "/chat/completions/input_tokens", {"messages": messages})
+    status, _, text = post(engine.base_url, "/chat/completions/input_tokens", {"messages": messages})
     counted = json.loads(text)
     assert status == 200 and counted["object"] == "response.input_tokens" and counted["input_tokens"] > 5
-    status, _, text = _post(engine.base_url, "/v1/chat/completions", {"messages": messages, "max_tokens": 1})
+    status, _, text = post(engine.base_url, "/v1/chat/completions", {"messages": messages, "max_tokens": 1})
     assert json.loads(text)["usage"]["prompt_tokens"] == counted["input_tokens"]
-    status, _, text = _post(engine.base_url, "/v1/responses/input_tokens",
-                            {"instructions": "Book", "input": "What is the best book"})
+    status, _, text = post(engine.base_url, "/v1/responses/input_tokens",
+                           {"instructions": "Book", "input": "What is the best book"})
     assert json.loads(text) == counted
     anthropic = {"system": "Book", "messages": [{"role": "user", "content": "What is the best book"}]}
-    assert json.loads(_post(engine.base_url, "/v1/messages/count_tokens", anthropic)[2]) == {
+    assert json.loads(post(engine.base_url, "/v1/messages/count_tokens", anthropic)[2]) == {
         "input_tokens": counted["input_tokens"]}
 
 
@@ -113,7 +102,7 @@ def test_openai_sdk_responses_whole_and_streamed(engine) -> None:
         if event.type == "response.completed":
             completed = event.response
     assert completed is not None and completed.output_text == gathered and ids == {completed.output[0].id}
-    status, _, text = _post(engine.base_url, "/responses", {
+    status, _, text = post(engine.base_url, "/responses", {
         "input": "This is a test" * 10, "max_output_tokens": 4, "stream": True, "timings_per_token": True,
         "return_progress": True})
     events = _events(text)
@@ -126,12 +115,12 @@ def test_openai_sdk_responses_whole_and_streamed(engine) -> None:
 
 
 def test_errors_keep_llama_servers_envelope_and_status(engine) -> None:
-    status, _, text = _post(engine.base_url, "/v1/messages", {"max_tokens": 5})
+    status, _, text = post(engine.base_url, "/v1/messages", {"max_tokens": 5})
     assert status == 500 and json.loads(text)["error"] == {"code": 500, "message": "'messages' is required",
                                                           "type": "server_error"}
-    status, _, text = _post(engine.base_url, "/v1/responses", {"max_output_tokens": 5})
+    status, _, text = post(engine.base_url, "/v1/responses", {"max_output_tokens": 5})
     assert status == 400 and json.loads(text)["error"]["message"] == "'input' is required"
-    status, _, text = _post(engine.base_url, "/v1/messages", {"max_tokens": 5, "messages": [{"role": "user"}]})
+    status, _, text = post(engine.base_url, "/v1/messages", {"max_tokens": 5, "messages": [{"role": "user"}]})
     assert status == 400 and "must contain 'content'" in json.loads(text)["error"]["message"]
-    status, _, text = _post(engine.base_url, "/v1/messages", {"max_tokens": 5, "messages": []})
+    status, _, text = post(engine.base_url, "/v1/messages", {"max_tokens": 5, "messages": []})
     assert status == 200 and json.loads(text)["type"] == "message"  # permissive, as llama-server

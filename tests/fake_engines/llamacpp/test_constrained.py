@@ -13,6 +13,7 @@ import pytest
 
 from fake_engines.llamacpp.config import LlamaServerConfig
 from fake_engines.llamacpp.server import start_llama
+from tests.fake_engines.client import post_json
 from tests.fake_engines.engine_thread import EngineThread
 
 MESSAGES = [{"role": "user", "content": "Write an example"}]
@@ -25,15 +26,6 @@ def engine():
         yield running
 
 
-def _post(base: str, path: str, body: dict) -> tuple[int, dict | list]:
-    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
-
-
 def _stream_text(base: str, body: dict) -> str:
     req = urllib.request.Request(base + "/completion", data=json.dumps({**body, "stream": True}).encode(),
                                  headers={"Content-Type": "application/json"})
@@ -44,16 +36,18 @@ def _stream_text(base: str, body: dict) -> str:
 
 def test_grammar_and_schemas_shape_the_text_and_bad_ones_are_400_as_llama_server(engine):
     base = engine.base_url
-    status, body = _post(base, "/completion", {"prompt": "x", "n_predict": 32, "grammar": 'root ::= "ab"{2} [0-9]+'})
+    status, body = post_json(base, "/completion",
+                             {"prompt": "x", "n_predict": 32, "grammar": 'root ::= "ab"{2} [0-9]+'})
     assert status == 200 and re.fullmatch(r"abab[0-9]+", body["content"]) and body["stop_type"] == "eos"
     assert body["generation_settings"]["grammar"] == 'root ::= "ab"{2} [0-9]+'
     schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 9}},
               "required": ["n"], "additionalProperties": False}
     for extra in ({"json_schema": schema}, {"response_format": {"type": "json_schema", "json_schema": {"schema": schema}}}):
-        status, body = _post(base, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 40, **extra})
+        status, body = post_json(base, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 40, **extra})
         assert status == 200
         jsonschema.validate(json.loads(body["choices"][0]["message"]["content"]), schema)
-    status, body = _post(base, "/v1/chat/completions", {"messages": MESSAGES, "response_format": {"type": "json_object"}})
+    status, body = post_json(base, "/v1/chat/completions",
+                             {"messages": MESSAGES, "response_format": {"type": "json_object"}})
     assert status == 200 and isinstance(json.loads(body["choices"][0]["message"]["content"]), dict)
     refused = [({"grammar": "root ::= this is (not valid GBNF"}, "Failed to initialize samplers: failed to parse grammar"),
                ({"response_format": {"type": "sound"}}, 'response_format type must be one of "text" or "json_object", but got: sound'),
@@ -62,28 +56,29 @@ def test_grammar_and_schemas_shape_the_text_and_bad_ones_are_400_as_llama_server
                ({"response_format": {"type": "json_object", "schema": {"type": "hiccup"}}},
                 'JSON schema conversion failed:\nUnrecognized schema: {"type":"hiccup"}')]
     for extra, message in refused:
-        status, body = _post(base, "/v1/chat/completions", {"messages": MESSAGES, **extra})
+        status, body = post_json(base, "/v1/chat/completions", {"messages": MESSAGES, **extra})
         assert (status, body["error"]["message"], body["error"]["type"]) == (400, message, "invalid_request_error")
 
 
 def test_same_seed_and_prompt_give_the_same_text_streamed_or_not_and_another_seed_another(engine):
     base = engine.base_url
     body = {"prompt": "I believe the meaning of life is", "n_predict": 16, "seed": 42, "temperature": 1.0}
-    texts = {_post(base, "/completion", body)[1]["content"] for _ in range(3)}
+    texts = {post_json(base, "/completion", body)[1]["content"] for _ in range(3)}
     assert len(texts) == 1 and _stream_text(base, body) in texts
-    others = {_post(base, "/completion", {**body, "seed": seed})[1]["content"] for seed in range(4)}
+    others = {post_json(base, "/completion", {**body, "seed": seed})[1]["content"] for seed in range(4)}
     assert len(others) == 4
-    greedy = {_post(base, "/completion", {**body, "seed": seed, "temperature": 0})[1]["content"] for seed in range(3)}
+    greedy = {post_json(base, "/completion", {**body, "seed": seed, "temperature": 0})[1]["content"]
+              for seed in range(3)}
     assert len(greedy) == 1  # temperature 0: the seed does not matter
-    fresh = {_post(base, "/completion", {**body, "seed": -1})[1]["content"] for _ in range(3)}
+    fresh = {post_json(base, "/completion", {**body, "seed": -1})[1]["content"] for _ in range(3)}
     assert len(fresh) == 3  # -1: llama-server draws a new seed for each request
 
 
 def test_logit_bias_strings_keep_their_words_out_and_ignore_eos_biases_eos(engine):
     banned = ["the", "and", "you", "was", "her", "his", "she"]
-    status, body = _post(engine.base_url, "/completion", {"prompt": "What is the best book", "n_predict": 64,
-                                                         "ignore_eos": True,
-                                                         "logit_bias": [[f" {w} ", False] for w in banned]})
+    status, body = post_json(engine.base_url, "/completion", {"prompt": "What is the best book", "n_predict": 64,
+                                                             "ignore_eos": True,
+                                                             "logit_bias": [[f" {w} ", False] for w in banned]})
     assert status == 200 and len(body["content"].split()) == 64
     assert not set(body["content"].split()) & set(banned)
     assert {"bias": None, "token": 2} in body["generation_settings"]["logit_bias"]
@@ -91,9 +86,9 @@ def test_logit_bias_strings_keep_their_words_out_and_ignore_eos_biases_eos(engin
 
 def test_batched_and_object_prompts_n_probs_and_response_fields(engine):
     base = engine.base_url
-    _, tokens = _post(base, "/tokenize", {"content": "Hello there", "add_special": True})
-    status, body = _post(base, "/completion", {"prompt": [tokens["tokens"], "Hello there", {"prompt_string": "Hello there"}],
-                                               "n_predict": 4, "temperature": 0})
+    _, tokens = post_json(base, "/tokenize", {"content": "Hello there", "add_special": True})
+    status, body = post_json(base, "/completion", {
+        "prompt": [tokens["tokens"], "Hello there", {"prompt_string": "Hello there"}], "n_predict": 4, "temperature": 0})
     assert status == 200 and isinstance(body, list) and len({b["content"] for b in body}) == 1
     assert [b["index"] for b in body] == [0, 1, 2] and body[0]["prompt"] == "<s>Hello there"
     req = urllib.request.Request(base + "/completion", headers={"Content-Type": "application/json"}, data=json.dumps(
@@ -101,16 +96,16 @@ def test_batched_and_object_prompts_n_probs_and_response_fields(engine):
     with urllib.request.urlopen(req, timeout=30) as resp:
         chunks = [json.loads(line[6:]) for line in resp.read().decode().splitlines() if line.startswith("data: ")]
     assert sorted(c["index"] for c in chunks if c["stop"]) == [0, 1] and {c["index"] for c in chunks} == {0, 1}
-    status, _ = _post(base, "/completion", {"prompt": {"prompt_string": "x", "multimodal_data": ["AAAA"]}})
+    status, _ = post_json(base, "/completion", {"prompt": {"prompt_string": "x", "multimodal_data": ["AAAA"]}})
     assert status == 400
-    status, body = _post(base, "/completion", {"prompt": [1, 2, 10**12]})
+    status, body = post_json(base, "/completion", {"prompt": [1, 2, 10**12]})
     assert (status, body["error"]["message"]) == (400, "Prompt contains invalid tokens")
-    status, body = _post(base, "/completion", {"prompt": "x", "n_predict": 3, "n_probs": 5, "post_sampling_probs": True,
-                                               "ignore_eos": True})
+    status, body = post_json(base, "/completion", {"prompt": "x", "n_predict": 3, "n_probs": 5,
+                                                   "post_sampling_probs": True, "ignore_eos": True})
     probs = body["completion_probabilities"]
     assert len(probs) == 3 and all(0 < p["prob"] <= 1 and len(p["top_probs"]) == 5 for p in probs)
-    status, body = _post(base, "/completion", {"prompt": "x", "n_predict": 3,
-                                               "response_fields": ["content", "generation_settings/n_predict"]})
+    status, body = post_json(base, "/completion", {"prompt": "x", "n_predict": 3,
+                                                   "response_fields": ["content", "generation_settings/n_predict"]})
     assert set(body) == {"content", "generation_settings/n_predict"} and body["generation_settings/n_predict"] == 3
 
 

@@ -9,6 +9,7 @@ import urllib.request
 from fake_engines.llamacpp.config import LlamaServerConfig
 from fake_engines.llamacpp.gcp import gcp_alias, gcp_port, gcp_settings
 from fake_engines.llamacpp.server import start_llama
+from tests.fake_engines.client import post_json
 from tests.fake_engines.engine_thread import EngineThread
 
 
@@ -23,15 +24,6 @@ def test_settings_aliases_and_port_follow_the_aip_environment():
         ["chatCompletions", "applyTemplate", "slots", "infill"]
 
 
-def _post(base: str, path: str, body: bytes) -> tuple[int, dict]:
-    req = urllib.request.Request(base + path, data=body, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
-
-
 def test_predict_runs_each_instance_through_its_route_and_answers_every_one(monkeypatch):
     monkeypatch.setenv("AIP_MODE", "PREDICTION")
     monkeypatch.setenv("AIP_HEALTH_ROUTE", "/ping")
@@ -41,7 +33,7 @@ def test_predict_runs_each_instance_through_its_route_and_answers_every_one(monk
                       "messages": [{"role": "user", "content": "Say hello"}]},
                      {"@requestFormat": "/tokenize", "content": "abcd"}, {"@requestFormat": "nope"}, 3,
                      {"@requestFormat": "chatCompletions"}]
-        status, body = _post(engine.base_url, "/predict", json.dumps({"instances": instances}).encode())
+        status, body = post_json(engine.base_url, "/predict", json.dumps({"instances": instances}).encode())
         chat, tokens, unknown, not_object, bad_chat = body["predictions"]
         assert status == 200 and chat["choices"][0]["message"]["role"] == "assistant"  # never streamed
         assert chat["usage"]["completion_tokens"] == 4 and tokens == {"tokens": [tokens["tokens"][0]]}
@@ -50,7 +42,7 @@ def test_predict_runs_each_instance_through_its_route_and_answers_every_one(monk
         assert bad_chat["error"]["code"] == 400  # the route's own error, as a prediction
         for raw, words in ((b"{x", "parse error"), (b"[]", "must be a JSON object"), (b"{}", "named instances"),
                            (json.dumps({"instances": [{}] * 129}).encode(), "maximum size of 128")):
-            status, error = _post(engine.base_url, "/predict", raw)
+            status, error = post_json(engine.base_url, "/predict", raw)
             assert status == 400 and words in error["error"]["message"], raw
         with urllib.request.urlopen(engine.base_url + "/ping", timeout=10) as resp:
             assert json.loads(resp.read()) == {"status": "ok"}

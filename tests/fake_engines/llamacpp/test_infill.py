@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
-
 import pytest
 
 from fake_engines.core import encode
@@ -14,6 +10,7 @@ from fake_engines.llamacpp.errors import LlamaError
 from fake_engines.llamacpp.infill import CHUNK_SEPARATOR, FIM_MID, FIM_PRE, FIM_SUF, infill_prompt
 from fake_engines.llamacpp.server import start_llama
 from fake_engines.llamacpp.vocab import BOS_ID
+from tests.fake_engines.client import post_json
 from tests.fake_engines.engine_thread import EngineThread
 
 
@@ -33,29 +30,20 @@ def test_the_prompt_is_extra_then_bos_prefix_prompt_suffix_middle_and_spm_swaps_
     assert (err.value.status, err.value.message) == (500, "[json.exception.out_of_range.403] key 'input_prefix' not found")
 
 
-def _post(base: str, body: dict) -> tuple[int, dict]:
-    req = urllib.request.Request(base + "/infill", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
-
-
 def test_infill_completes_on_a_fim_model_checks_input_extra_and_is_501_without_fim_tokens():
     base = {"input_prefix": "int main() {\n", "prompt": "    int n = ", "input_suffix": "}\n", "n_predict": 4}
     config = LlamaServerConfig(model="stories260k-infill-F32.gguf", port=0, time_scale=0.01, n_parallel=1)
     with EngineThread(lambda: start_llama(config, cold_start=False)) as engine:
-        status, body = _post(engine.base_url, {**base, "input_extra": [{"filename": "a.h", "text": "int f();\n"}]})
+        extra = [{"filename": "a.h", "text": "int f();\n"}]
+        status, body = post_json(engine.base_url, "/infill", {**base, "input_extra": extra})
         assert status == 200 and body["tokens_predicted"] == 4 and body["content"]
         for chunk, words in (({}, 'must contain a "text" field'), ({"filename": 123, "text": "x"}, '"filename"')):
-            status, error = _post(engine.base_url, {**base, "input_extra": [chunk]})
+            status, error = post_json(engine.base_url, "/infill", {**base, "input_extra": [chunk]})
             assert status == 400 and words in error["error"]["message"]
-        status, error = _post(engine.base_url, {**base, "input_extra": "x"})
+        status, error = post_json(engine.base_url, "/infill", {**base, "input_extra": "x"})
         assert status == 400 and error["error"]["message"].startswith('"input_extra" must be an array')
     plain = LlamaServerConfig(model="llama-3.2-1b-Q8_0.gguf", port=0, time_scale=0.01)
     with EngineThread(lambda: start_llama(plain, cold_start=False)) as engine:
-        status, error = _post(engine.base_url, base)
+        status, error = post_json(engine.base_url, "/infill", base)
         assert (status, error["error"]["message"]) == (501, "Infill is not supported by this model: prefix token "
                                                        "is missing. suffix token is missing. middle token is missing. ")

@@ -16,6 +16,7 @@ import pytest
 from fake_engines.llamacpp.config import LlamaServerConfig
 from fake_engines.llamacpp.server import start_llama
 from tests.conftest import DATA
+from tests.fake_engines.client import post_json
 from tests.fake_engines.engine_thread import EngineThread
 from tests.fake_engines.scrape import fetch_text, value
 from tests.waiting import wait_until
@@ -33,15 +34,6 @@ def _config(**overrides) -> LlamaServerConfig:
 def engine():
     with EngineThread(lambda: start_llama(_config(), cold_start=False)) as running:
         yield running
-
-
-def _post(base: str, path: str, body: bytes) -> tuple[int, dict]:
-    req = urllib.request.Request(base + path, data=body, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
 
 
 def test_openai_sdk_sync_and_async_against_llama_server(engine):
@@ -79,11 +71,11 @@ def test_error_bodies_match_the_capture(engine, name):
     raw = (CAPTURES / f"{name}.req.json").read_text()
     expected = _captured_body(name)
     path = "/v1/chat/completions" if "messages" in raw or "chat" in name else "/v1/completions"
-    assert _post(engine.base_url, path, raw.encode()) == (expected["error"]["code"], expected)
+    assert post_json(engine.base_url, path, raw.encode()) == (expected["error"]["code"], expected)
 
 
 def test_prompt_longer_than_a_slot_is_exceed_context_size_error(engine):
-    status, body = _post(engine.base_url, "/v1/completions", json.dumps({"prompt": "abcd" * 3001}).encode())
+    status, body = post_json(engine.base_url, "/v1/completions", json.dumps({"prompt": "abcd" * 3001}).encode())
     assert status == 400  # 3001 text tokens and the BOS llama-server adds before a text prompt
     assert body == {"error": {"code": 400, "message": "request (3002 tokens) exceeds the available context size "
                               "(1024 tokens), try increasing it", "type": "exceed_context_size_error",
@@ -103,8 +95,8 @@ def test_unknown_route_and_idle_slots_look_like_the_capture(engine):
 def test_identical_prompt_reuses_the_slot_cache_except_one_token(engine):
     body = json.dumps({"prompt": "0123456789abcdef" * 40, "max_tokens": 2}).encode()
     before = fetch_text(engine.base_url)
-    _, first = _post(engine.base_url, "/v1/completions", body)
-    _, second = _post(engine.base_url, "/v1/completions", body)
+    _, first = post_json(engine.base_url, "/v1/completions", body)
+    _, second = post_json(engine.base_url, "/v1/completions", body)
     after = fetch_text(engine.base_url)
     # BOS and 160 text tokens, all but the last reused
     assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == 160
@@ -267,7 +259,7 @@ def test_template_and_tokenize_answer_as_captured(engine, name):
     raw = (CAPTURES / f"{name}.req.json").read_text()
     expected = json.loads((CAPTURES / f"{name}.http").read_text().split("\n\n", 1)[1])
     path = "/apply-template" if "template" in name else "/tokenize"
-    assert _post(engine.base_url, path, raw.encode()) == (200, expected)
+    assert post_json(engine.base_url, path, raw.encode()) == (200, expected)
 
 
 async def test_slots_fail_on_no_slot_answers_503_only_when_every_slot_is_busy():
@@ -290,10 +282,10 @@ async def test_slots_fail_on_no_slot_answers_503_only_when_every_slot_is_busy():
 
 def test_stop_string_ends_the_task_with_stop_and_the_stopping_word(engine):
     body = json.dumps({"prompt": "abcd" * 4, "n_predict": 100, "ignore_eos": True, "stop": [" "]}).encode()
-    status, native = _post(engine.base_url, "/completion", body)
+    status, native = post_json(engine.base_url, "/completion", body)
     assert status == 200 and (native["stop_type"], native["stopping_word"]) == ("word", " ")
     assert len(native["content"]) == 3 and native["tokens_predicted"] == 1
-    _, chat = _post(engine.base_url, "/v1/chat/completions", json.dumps(
+    _, chat = post_json(engine.base_url, "/v1/chat/completions", json.dumps(
         {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100, "stop": " "}).encode())
     assert chat["choices"][0]["finish_reason"] == "stop" and len(chat["choices"][0]["message"]["content"]) == 3
     slots = json.loads(fetch_text(engine.base_url, "/slots"))
@@ -353,7 +345,7 @@ def test_n_prompt_lists_and_logprobs_answer_as_captured(engine, name, path):
     from tests.fake_engines.capture_shapes import shape
 
     request, expected = _captured(name)
-    status, body = _post(engine.base_url, path, json.dumps({**request, "ignore_eos": True}).encode())
+    status, body = post_json(engine.base_url, path, json.dumps({**request, "ignore_eos": True}).encode())
     assert status == 200
     assert [c["index"] for c in body["choices"]] == [c["index"] for c in expected["choices"]]
     assert shape(body) == shape(expected)  # keys in order, logprobs objects, usage and timings
@@ -361,7 +353,7 @@ def test_n_prompt_lists_and_logprobs_answer_as_captured(engine, name, path):
 
 
 def test_logprobs_line_up_with_the_text_sorted_and_negative(engine):
-    status, body = _post(engine.base_url, "/v1/chat/completions", json.dumps({
+    status, body = post_json(engine.base_url, "/v1/chat/completions", json.dumps({
         "messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 6, "logprobs": True,
         "top_logprobs": 3, "temperature": 0, "ignore_eos": True, "n": 2}).encode())
     assert status == 200 and len(body["choices"]) == 2
@@ -430,7 +422,7 @@ def test_props_slots_and_native_settings_have_the_captured_keys(engine):
     assert props["media_marker"].startswith("<__media_") and len(props["media_marker"]) == len(
         real_props["media_marker"])
     request, real_native = _captured("030_native_completion_nonstream")
-    status, native = _post(engine.base_url, "/completion", json.dumps(request).encode())
+    status, native = post_json(engine.base_url, "/completion", json.dumps(request).encode())
     assert status == 200 and list(native["generation_settings"]) == list(real_native["generation_settings"])
     used = [s for s in json.loads(urllib.request.urlopen(engine.base_url + "/slots", timeout=30).read())
             if "params" in s]
@@ -466,7 +458,7 @@ async def test_host_prompt_cache_gives_back_a_prompt_after_other_prompts_took_bo
 
 
 def test_native_n_probs_gives_completion_probabilities_per_token(engine):
-    status, body = _post(engine.base_url, "/completion", json.dumps(
+    status, body = post_json(engine.base_url, "/completion", json.dumps(
         {"prompt": "Hello world", "n_predict": 5, "n_probs": 3, "ignore_eos": True}).encode())
     probs = body["completion_probabilities"]
     assert status == 200 and len(probs) == 5 and "".join(p["token"] for p in probs) == body["content"]

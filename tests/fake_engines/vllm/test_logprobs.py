@@ -12,18 +12,9 @@ from fake_engines.core import encode
 from fake_engines.driver.logprobs import request_logprobs
 from tests.conftest import DATA
 from tests.fake_engines.capture_shapes import captured, shape
+from tests.fake_engines.client import post_json
 
 CAPTURES = DATA / "real-engines" / "vllm"
-
-
-def _post(base: str, path: str, body: dict) -> tuple[int, dict]:
-    req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
 
 
 def _stream(base: str, path: str, body: dict) -> list[dict]:
@@ -42,7 +33,7 @@ def _plausible(values: list[float]) -> None:
                                             ("023_chat_nonstream_logprobs_top2", "/v1/chat/completions")])
 def test_logprobs_bodies_have_the_captured_shape(engine, name, path):
     request, expected = captured(CAPTURES / f"{name}.http")
-    status, body = _post(engine.base_url, path, {**request, "ignore_eos": True})
+    status, body = post_json(engine.base_url, path, {**request, "ignore_eos": True})
     assert status == 200
     assert shape(body["choices"][0]["logprobs"]) == shape(expected["choices"][0]["logprobs"])
     assert [c["index"] for c in body["choices"]] == [c["index"] for c in expected["choices"]]
@@ -53,7 +44,7 @@ def test_completion_logprobs_line_up_with_the_text_and_are_a_function_of_seed_an
     prompt = "Hello world, the quick brown fox"
     request = {"model": "tiny-llama", "prompt": prompt, "max_tokens": 6, "logprobs": 3, "seed": 7,
                "temperature": 0, "ignore_eos": True}
-    first = _post(engine.base_url, "/v1/completions", request)[1]["choices"][0]
+    first = post_json(engine.base_url, "/v1/completions", request)[1]["choices"][0]
     logprobs = first["logprobs"]
     token_ids = [encode(t)[0] for t in logprobs["tokens"]]
     expected = request_logprobs(7, encode(prompt), 0, token_ids, 3)
@@ -68,7 +59,7 @@ def test_completion_logprobs_line_up_with_the_text_and_are_a_function_of_seed_an
 
 
 def test_chat_top_logprobs_sorted_with_bytes(engine):
-    status, body = _post(engine.base_url, "/v1/chat/completions", {
+    status, body = post_json(engine.base_url, "/v1/chat/completions", {
         "model": "tiny-llama", "messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 5,
         "logprobs": True, "top_logprobs": 4, "temperature": 0, "ignore_eos": True})
     content = body["choices"][0]["logprobs"]["content"]
@@ -82,9 +73,9 @@ def test_chat_top_logprobs_sorted_with_bytes(engine):
 
 def test_logprobs_true_without_top_logprobs_gives_empty_lists_and_none_when_not_asked(engine):
     chat = {"model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
-    asked = _post(engine.base_url, "/v1/chat/completions", {**chat, "logprobs": True})[1]["choices"][0]
+    asked = post_json(engine.base_url, "/v1/chat/completions", {**chat, "logprobs": True})[1]["choices"][0]
     assert [e["top_logprobs"] for e in asked["logprobs"]["content"]] == [[]] * len(asked["logprobs"]["content"])
-    assert _post(engine.base_url, "/v1/chat/completions", chat)[1]["choices"][0]["logprobs"] is None
+    assert post_json(engine.base_url, "/v1/chat/completions", chat)[1]["choices"][0]["logprobs"] is None
 
 
 @pytest.mark.parametrize(("path", "extra", "message"), [
@@ -95,7 +86,7 @@ def test_logprobs_true_without_top_logprobs_gives_empty_lists_and_none_when_not_
 def test_logprobs_out_of_range_are_400s_in_vllms_words(engine, path, extra, message):
     body = {"model": "tiny-llama", "max_tokens": 2, **extra,
             **({"messages": [{"role": "user", "content": "x"}]} if "chat" in path else {"prompt": "x"})}
-    status, answer = _post(engine.base_url, path, body)
+    status, answer = post_json(engine.base_url, path, body)
     assert status == 400 and answer["error"]["message"].startswith(message)
 
 
@@ -121,8 +112,8 @@ def test_streamed_logprobs_cover_every_token_at_its_position(engine):
 
 def test_echo_puts_the_prompt_before_the_text_and_its_tokens_before_the_logprobs(engine):
     prompt = "Hello world, the quick brown fox"
-    choice = _post(engine.base_url, "/v1/completions", {"model": "tiny-llama", "prompt": prompt, "max_tokens": 3,
-                                                        "echo": True, "logprobs": 1, "ignore_eos": True})[1]["choices"][0]
+    choice = post_json(engine.base_url, "/v1/completions", {"model": "tiny-llama", "prompt": prompt, "max_tokens": 3,
+                                                            "echo": True, "logprobs": 1, "ignore_eos": True})[1]["choices"][0]
     assert choice["text"].startswith(prompt) and len(choice["text"]) > len(prompt)
     logprobs = choice["logprobs"]
     assert "".join(logprobs["tokens"]) == choice["text"]
@@ -135,19 +126,19 @@ def test_echo_puts_the_prompt_before_the_text_and_its_tokens_before_the_logprobs
 
 def test_prompt_logprobs_score_every_prompt_token_but_the_first(engine):
     prompt = "Hello world, the quick brown fox"
-    choice = _post(engine.base_url, "/v1/completions", {"model": "tiny-llama", "prompt": prompt, "max_tokens": 2,
-                                                        "prompt_logprobs": 2})[1]["choices"][0]
+    choice = post_json(engine.base_url, "/v1/completions", {"model": "tiny-llama", "prompt": prompt, "max_tokens": 2,
+                                                            "prompt_logprobs": 2})[1]["choices"][0]
     scored = choice["prompt_logprobs"]
     assert len(scored) == len(encode(prompt)) and scored[0] is None
     for token_id, entry in zip(encode(prompt)[1:], scored[1:], strict=True):
         assert str(token_id) in entry and 2 <= len(entry) <= 3  # the prompt's token and the 2 likeliest
         assert all(set(v) == {"logprob", "rank", "decoded_token"} and v["logprob"] < 0 for v in entry.values())
         assert sorted(v["rank"] for v in entry.values())[:2] == [1, 2]
-    chat = _post(engine.base_url, "/v1/chat/completions", {
+    chat = post_json(engine.base_url, "/v1/chat/completions", {
         "model": "tiny-llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
         "prompt_logprobs": 1})[1]
     assert chat["prompt_logprobs"][0] is None and all(len(e) >= 1 for e in chat["prompt_logprobs"][1:])
-    status, error = _post(engine.base_url, "/v1/completions", {"model": "tiny-llama", "prompt": prompt,
-                                                               "prompt_logprobs": 1, "stream": True})
+    status, error = post_json(engine.base_url, "/v1/completions", {"model": "tiny-llama", "prompt": prompt,
+                                                                   "prompt_logprobs": 1, "stream": True})
     assert status == 400 and error["error"]["message"].startswith(
         "`prompt_logprobs` are not available when `stream=True`.")

@@ -11,18 +11,10 @@ import openai
 import pytest
 
 from tests.conftest import DATA
+from tests.fake_engines.client import post_json
 from tests.fake_engines.scrape import fetch_text, value
 
 CAPTURES = DATA / "real-engines" / "vllm"
-
-
-def _post(base: str, path: str, body: bytes, content_type: str = "application/json") -> tuple[int, dict]:
-    req = urllib.request.Request(base + path, data=body, headers={"Content-Type": content_type})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
 
 
 def _totals(base: str) -> tuple[float, float]:
@@ -87,16 +79,16 @@ def _captured_error(name: str) -> tuple[dict, dict]:
 def test_error_bodies_match_the_captured_vllm_body(engine, name):
     request, expected = _captured_error(name)
     path = "/v1/chat/completions" if "messages" in request or "chat" in name else "/v1/completions"
-    status, body = _post(engine.base_url, path, json.dumps(request).encode())
+    status, body = post_json(engine.base_url, path, json.dumps(request).encode())
     assert status == expected["error"]["code"]
     assert body == expected
 
 
 def test_malformed_and_empty_bodies_answer_like_fastapi(engine):
-    status, body = _post(engine.base_url, "/v1/completions", b'{"model": "tiny-llama", "prompt": "x", "max_tokens"')
+    status, body = post_json(engine.base_url, "/v1/completions", b'{"model": "tiny-llama", "prompt": "x", "max_tokens"')
     assert status == 400 and body["error"]["type"] == "Bad Request" and body["error"]["param"].startswith("body.")
     _, expected = _captured_error("055_err_empty_body")
-    assert _post(engine.base_url, "/v1/chat/completions", b"") == (400, expected)
+    assert post_json(engine.base_url, "/v1/chat/completions", b"") == (400, expected)
 
 
 def test_unknown_path_and_wrong_method_answer_like_fastapi(engine):
@@ -114,9 +106,9 @@ def test_head_health_is_405_allowing_get(engine):
 
 
 def test_tokenize_and_detokenize_round_trip(engine):
-    status, body = _post(engine.base_url, "/tokenize", json.dumps({"prompt": "Hello world, the quick"}).encode())
+    status, body = post_json(engine.base_url, "/tokenize", json.dumps({"prompt": "Hello world, the quick"}).encode())
     assert status == 200 and body["count"] == 6 and body["max_model_len"] == 2048 and body["token_strs"] is None
-    status, back = _post(engine.base_url, "/detokenize", json.dumps({"tokens": body["tokens"]}).encode())
+    status, back = post_json(engine.base_url, "/detokenize", json.dumps({"tokens": body["tokens"]}).encode())
     assert back == {"prompt": "Hello world, the quick"}
 
 
@@ -131,7 +123,7 @@ def test_stream_wrong_type_is_coerced_like_pydantic(engine):
 
 def test_n_and_prompt_lists_give_one_choice_each_and_usage_as_vllm(engine):
     before = fetch_text(engine.base_url)
-    status, body = _post(engine.base_url, "/v1/completions", json.dumps(
+    status, body = post_json(engine.base_url, "/v1/completions", json.dumps(
         {"model": "tiny-llama", "prompt": ["abcd" * 3, "abcd" * 5], "n": 2, "max_tokens": 4,
          "ignore_eos": True}).encode())
     after = fetch_text(engine.base_url)
@@ -168,7 +160,7 @@ def test_continuous_usage_stats_put_usage_so_far_on_every_chunk(engine):
 def test_stop_string_cuts_the_text_finishes_with_stop_and_counts_a_stop_success(engine):
     request = {"model": "tiny-llama", "prompt": "abcd" * 4, "max_tokens": 200, "ignore_eos": True, "stop": [" "]}
     before = fetch_text(engine.base_url)
-    _, body = _post(engine.base_url, "/v1/completions", json.dumps(request).encode())
+    _, body = post_json(engine.base_url, "/v1/completions", json.dumps(request).encode())
     after = fetch_text(engine.base_url)
     choice = body["choices"][0]
     # every generated token is a 3-letter word and a space: the first token already holds the stop string

@@ -4,20 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.error
-import urllib.request
 
 import jsonschema
 
-
-def _post(base: str, path: str, body: dict) -> tuple[int, dict]:
-    req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
+from tests.fake_engines.client import post_json
 
 
 def test_structured_outputs_and_response_format_shape_the_text_and_end_it(engine):
@@ -32,11 +22,11 @@ def test_structured_outputs_and_response_format_shape_the_text_and_end_it(engine
             ({"structured_outputs": {"grammar": 'root ::= "x" [ab]{2}'}}, lambda t: re.fullmatch("x[ab]{2}", t)),
             ({"response_format": {"type": "json_object"}}, lambda t: isinstance(json.loads(t), dict))]
     for extra, conforms in asks:
-        status, body = _post(base, "/v1/chat/completions", {**chat, **extra, "seed": 7})
+        status, body = post_json(base, "/v1/chat/completions", {**chat, **extra, "seed": 7})
         choice = body["choices"][0]
         assert status == 200 and conforms(choice["message"]["content"]) and choice["finish_reason"] == "stop", body
-        again = _post(base, "/v1/chat/completions", {**chat, **extra, "seed": 7})[1]["choices"][0]
+        again = post_json(base, "/v1/chat/completions", {**chat, **extra, "seed": 7})[1]["choices"][0]
         assert again["message"]["content"] == choice["message"]["content"]  # the same seed, the same text
-    status, body = _post(base, "/v1/completions", {"model": "tiny-llama", "prompt": "x", "max_tokens": 5,
-                                                   "structured_outputs": {"choice": ["a"], "regex": "b"}})
+    status, body = post_json(base, "/v1/completions", {"model": "tiny-llama", "prompt": "x", "max_tokens": 5,
+                                                       "structured_outputs": {"choice": ["a"], "regex": "b"}})
     assert status == 400 and "only use one kind of structured outputs" in body["error"]["message"]

@@ -1,0 +1,26 @@
+"""Blocking HTTP calls on a look-alike engine (run in an EngineThread), error answers included."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+
+def post(base_url: str, path: str, body: object, content_type: str = "application/json") -> tuple[int, str, str]:
+    """Status, Content-Type and body text of a POST; `body` is sent as JSON unless it is already bytes
+    (for malformed bodies). An HTTP error status is an answer like any other, not an exception."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(base_url + path, data=data, headers={"Content-Type": content_type})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.headers["Content-Type"], resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers["Content-Type"], err.read().decode()
+
+
+def post_json(base_url: str, path: str, body: object, content_type: str = "application/json") -> tuple[int, Any]:
+    """Status and parsed JSON answer of a POST (see `post`)."""
+    status, _, text = post(base_url, path, body, content_type)
+    return status, json.loads(text)
