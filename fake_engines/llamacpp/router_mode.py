@@ -597,17 +597,10 @@ def _stream_owner(router: Router, conv_id: str) -> Instance | None:
     return inst if inst is not None and inst.status == "loaded" and inst.running is not None else None
 
 
-def _stream_conv_id(request: web.Request) -> str:
-    conv_id = request.query.get("conv_id", "")
-    if not conv_id:
-        raise LlamaError(400, "Missing conversation id in path")
-    return conv_id
-
-
 async def stream_get(request: web.Request) -> web.StreamResponse:
     """GET /v1/stream through the router: to the instance that owns the conversation."""
     router = request.app[ROUTER_KEY]
-    conv_id = _stream_conv_id(request)
+    conv_id = stream_sessions.conv_id_of(request)
     owner = _stream_owner(router, conv_id)
     if owner is None:
         tracked = router.conv_models.get(conv_id)
@@ -624,7 +617,7 @@ async def stream_get(request: web.Request) -> web.StreamResponse:
 async def stream_delete(request: web.Request) -> web.Response:
     """DELETE /v1/stream through the router: the owner stops it; a request still waiting for the load is cancelled."""
     router = request.app[ROUTER_KEY]
-    conv_id = _stream_conv_id(request)
+    conv_id = stream_sessions.conv_id_of(request)
     owner = _stream_owner(router, conv_id)
     if owner is not None:
         url = f"http://127.0.0.1:{owner.port}/v1/stream?conv_id={quote(conv_id, safe='')}"

@@ -122,7 +122,8 @@ async def keep_sessions(request: web.Request, handler):
     return await asyncio.shield(task)  # a client leaving does not cancel it; DELETE /v1/stream does
 
 
-def _conv_id(request: web.Request) -> str:
+def conv_id_of(request: web.Request) -> str:
+    """The `conv_id` query parameter of /v1/stream (the router reads it the same way); 400 without one."""
     conv_id = request.query.get("conv_id", "")
     if not conv_id:
         raise LlamaError(400, "Missing conversation id in path")
@@ -131,7 +132,7 @@ def _conv_id(request: web.Request) -> str:
 
 async def replay(request: web.Request) -> web.StreamResponse:
     """GET /v1/stream?conv_id=ID&from=N: the bytes from N, then the live ones until the end."""
-    session = request.app[SESSIONS_KEY].get(_conv_id(request))
+    session = request.app[SESSIONS_KEY].get(conv_id_of(request))
     if session is None:
         raise LlamaError(404, "Stream not found or expired")
     try:
@@ -173,7 +174,7 @@ async def lookup(request: web.Request) -> web.Response:
 
 async def stop(request: web.Request) -> web.Response:
     """DELETE /v1/stream?conv_id=ID: stop the generation and forget the session."""
-    request.app[SESSIONS_KEY].evict_and_cancel(_conv_id(request))
+    request.app[SESSIONS_KEY].evict_and_cancel(conv_id_of(request))
     return web.Response(status=204, content_type="application/json")
 
 

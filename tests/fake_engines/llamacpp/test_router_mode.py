@@ -166,6 +166,7 @@ async def test_stream_session_is_replayed_and_stopped_through_the_router(cache):
                 assert (await resp.json())["error"]["message"] == "Stream not found or expired"
             async with http.get(base + "/v1/stream") as resp:
                 assert resp.status == 400
+                assert (await resp.json())["error"]["message"] == "Missing conversation id in path"
     finally:
         await running.drain_and_close()
 
