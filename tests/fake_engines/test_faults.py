@@ -18,6 +18,7 @@ from fake_engines.llamacpp.server import start_llama
 from fake_engines.vllm.config import VllmServeConfig
 from fake_engines.vllm.server import start_vllm
 from tests.conftest import REPO
+from tests.fake_engines.conftest import Serve
 from tests.waiting import wait_until
 
 BODY = {"model": "m", "prompt": "hello there", "max_tokens": 8, "ignore_eos": True}
@@ -34,23 +35,16 @@ def _llama_config(**overrides) -> LlamaServerConfig:
 
 
 @pytest.fixture
-async def engine():
+def engine(serve: Serve):
     """start(kind, faults=FaultConfig, api_key=None) -> base URL; kind is vllm or llama."""
-    started = []
 
     async def start(kind: str, faults: FaultConfig | None = None, **config) -> str:
         injector = FaultInjector(faults, api_key=config.get("api_key"))
         if kind == "vllm":
-            running = await start_vllm(_vllm_config(**config), cold_start=False, faults=injector)
-        else:
-            running = await start_llama(_llama_config(**config), cold_start=False, faults=injector)
-        await running.wait_ready()
-        started.append(running)
-        return f"http://127.0.0.1:{running.port}"
+            return await serve(start_vllm(_vllm_config(**config), cold_start=False, faults=injector))
+        return await serve(start_llama(_llama_config(**config), cold_start=False, faults=injector))
 
-    yield start
-    for running in started:
-        await running.close()
+    return start
 
 
 async def _post(session: aiohttp.ClientSession, url: str, body: dict, timeout_s: float = 10.0) -> tuple[int, str]:

@@ -11,6 +11,7 @@ import pytest
 from fake_engines.vllm.config import VllmServeConfig
 from fake_engines.vllm.engine import ModelDoesNotFit
 from fake_engines.vllm.server import start_vllm
+from tests.fake_engines.conftest import Serve
 from tests.fake_engines.scrape import samples, value
 from tests.waiting import wait_until
 
@@ -33,18 +34,9 @@ async def _complete(session, base, prompt, max_tokens, model="m", stream=False) 
 
 
 @pytest.fixture
-async def served():
-    started = []
-
-    async def start(config: VllmServeConfig):
-        running = await start_vllm(config, cold_start=False)
-        await running.wait_ready()
-        started.append(running)
-        return f"http://127.0.0.1:{running.port}"
-
-    yield start
-    for running in started:
-        await running.close()
+def served(serve: Serve):
+    """served(config) -> the base URL of a warm look-alike vLLM, closed when the test ends."""
+    return lambda config: serve(start_vllm(config, cold_start=False))
 
 
 def _check_gauge_invariants(text: str, max_num_seqs: int) -> None:
