@@ -1,4 +1,5 @@
-"""Blocking HTTP calls on a look-alike engine (run in an EngineThread), error answers included."""
+"""HTTP calls on a look-alike engine, error answers included: blocking ones (for an engine run in an
+EngineThread) and ones on an aiohttp session (for an engine on the test's own loop)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 import urllib.error
 import urllib.request
 from typing import Any
+
+import aiohttp
 
 
 def post(base_url: str, path: str, body: object, content_type: str = "application/json") -> tuple[int, str, str]:
@@ -24,3 +27,9 @@ def post_json(base_url: str, path: str, body: object, content_type: str = "appli
     """Status and parsed JSON answer of a POST (see `post`)."""
     status, _, text = post(base_url, path, body, content_type)
     return status, json.loads(text)
+
+
+async def post_on(session: aiohttp.ClientSession, url: str, body: object = None) -> tuple[int, Any]:
+    """Status and parsed JSON answer of a POST on an aiohttp session."""
+    async with session.post(url, json=body) as resp:
+        return resp.status, await resp.json()

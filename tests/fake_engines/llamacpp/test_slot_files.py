@@ -11,6 +11,7 @@ import pytest
 from fake_engines.llamacpp.config import LlamaServerConfig
 from fake_engines.llamacpp.server import start_llama
 from fake_engines.llamacpp.slot_files import SlotFileError, pack_slot_file, unpack_slot_file, valid_filename
+from tests.fake_engines.client import post_on
 
 PROMPT = "the quick brown fox jumps over the lazy dog " * 6
 
@@ -23,14 +24,9 @@ async def _served(**overrides):
     return running, f"http://127.0.0.1:{running.port}"
 
 
-async def _post(session, url, body=None) -> tuple[int, dict]:
-    async with session.post(url, json=body) as resp:
-        return resp.status, await resp.json()
-
-
 async def _complete(session, base, prompt, id_slot) -> dict:
-    status, body = await _post(session, base + "/completion", {"prompt": prompt, "n_predict": 4,
-                                                               "id_slot": id_slot, "cache_prompt": True})
+    status, body = await post_on(session, base + "/completion", {"prompt": prompt, "n_predict": 4,
+                                                                 "id_slot": id_slot, "cache_prompt": True})
     assert status == 200
     return body
 
@@ -40,11 +36,11 @@ async def test_save_restore_erase_move_a_slots_cached_prompt(tmp_path):
     try:
         async with aiohttp.ClientSession() as s:
             first = await _complete(s, base, PROMPT, 1)
-            saved = await _post(s, base + "/slots/1?action=save", {"filename": "one.bin"})
+            saved = await post_on(s, base + "/slots/1?action=save", {"filename": "one.bin"})
             await _complete(s, base, "something else entirely", 1)  # slot 1 forgets the prompt
-            restored = await _post(s, base + "/slots/0?action=restore", {"filename": "one.bin"})
+            restored = await post_on(s, base + "/slots/0?action=restore", {"filename": "one.bin"})
             again = await _complete(s, base, PROMPT, 0)
-            erased = await _post(s, base + "/slots/0?action=erase")
+            erased = await post_on(s, base + "/slots/0?action=erase")
             after_erase = await _complete(s, base, PROMPT, 0)
     finally:
         await running.close()
@@ -71,15 +67,15 @@ async def test_slot_actions_refuse_as_llama_server_does(tmp_path):
     climbing = "../escape"  # an input, not a path read
     try:
         async with aiohttp.ClientSession() as s:
-            answers = [await _post(s, base_off + "/slots/0?action=save", {"filename": "a"}),
-                       await _post(s, base + "/slots/x?action=save", {"filename": "a"}),
-                       await _post(s, base + "/slots/0?action=load", {"filename": "a"}),
-                       await _post(s, base + "/slots/0?action=save", {"filename": climbing}),
-                       await _post(s, base + "/slots/-1?action=save", {"filename": "a"}),
-                       await _post(s, base + "/slots/0?action=save", {}),
-                       await _post(s, base + "/slots/0?action=restore", {"filename": "missing.bin"}),
-                       await _post(s, base + "/slots/0?action=restore", {"filename": "junk.bin"})]
-            wrapped = await _post(s, base + "/slots/3?action=erase")  # past the last slot wraps around
+            answers = [await post_on(s, base_off + "/slots/0?action=save", {"filename": "a"}),
+                       await post_on(s, base + "/slots/x?action=save", {"filename": "a"}),
+                       await post_on(s, base + "/slots/0?action=load", {"filename": "a"}),
+                       await post_on(s, base + "/slots/0?action=save", {"filename": climbing}),
+                       await post_on(s, base + "/slots/-1?action=save", {"filename": "a"}),
+                       await post_on(s, base + "/slots/0?action=save", {}),
+                       await post_on(s, base + "/slots/0?action=restore", {"filename": "missing.bin"}),
+                       await post_on(s, base + "/slots/0?action=restore", {"filename": "junk.bin"})]
+            wrapped = await post_on(s, base + "/slots/3?action=erase")  # past the last slot wraps around
     finally:
         await off.close()
         await on.close()
@@ -121,8 +117,8 @@ async def test_a_request_pinned_to_a_busy_slot_waits_without_blocking_others():
     running, base = await _served(time_scale=0.2)
     try:
         async with aiohttp.ClientSession() as s:
-            long = asyncio.create_task(_post(s, base + "/completion", {"prompt": "a", "n_predict": 40,
-                                                                        "ignore_eos": True, "id_slot": 0}))
+            long = asyncio.create_task(post_on(s, base + "/completion", {"prompt": "a", "n_predict": 40,
+                                                                          "ignore_eos": True, "id_slot": 0}))
             while not any(slot["is_processing"] for slot in await (await s.get(base + "/slots")).json()):
                 await asyncio.sleep(0.01)
             pinned = asyncio.create_task(_complete(s, base, "b", 0))

@@ -22,6 +22,7 @@ from fake_engines.llamacpp.templates import (
     TemplateSettings,
     chat_options,
 )
+from tests.fake_engines.client import post_on
 
 BOOK = [{"role": "system", "content": "Book"}, {"role": "user", "content": "What is the best book"}]
 
@@ -170,11 +171,6 @@ def test_template_flags_parse_as_llama_server_s(tmp_path):
             config_from_args(build_parser().parse_args(["-m", "llama-3.2-1b-Q8_0.gguf", *bad]))
 
 
-async def _post(session: aiohttp.ClientSession, url: str, body: dict) -> tuple[int, dict]:
-    async with session.post(url, json=body) as resp:
-        return resp.status, await resp.json()
-
-
 async def test_server_renders_every_chat_route_with_its_template_and_shows_it_in_verbose_and_props():
     config = LlamaServerConfig(model="llama-3.2-1b-Q8_0.gguf", port=0, time_scale=0.01, chat_template=LLAMA3_LIKE,
                                verbose=True)
@@ -183,17 +179,17 @@ async def test_server_renders_every_chat_route_with_its_template_and_shows_it_in
     base = f"http://127.0.0.1:{running.port}"
     try:
         async with aiohttp.ClientSession() as session:
-            status, applied = await _post(session, base + "/apply-template", {"messages": BOOK})
+            status, applied = await post_on(session, base + "/apply-template", {"messages": BOOK})
             assert status == 200 and applied["prompt"] == (  # the template's BOS left to the tokenizer
                 "<|start_header_id|>system<|end_header_id|>\n\nBook<|eot_id|><|start_header_id|>user"
                 "<|end_header_id|>\n\nWhat is the best book<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
-            status, chat = await _post(session, base + "/v1/chat/completions", {"messages": BOOK, "max_tokens": 2})
+            status, chat = await post_on(session, base + "/v1/chat/completions", {"messages": BOOK, "max_tokens": 2})
             assert status == 200 and chat["__verbose"]["prompt"] == applied["prompt"]
             assert list(chat)[-2:] == ["__verbose", "timings"]
-            _, quiet = await _post(session, base + "/v1/chat/completions",
-                                   {"messages": BOOK, "max_tokens": 2, "verbose": False})
+            _, quiet = await post_on(session, base + "/v1/chat/completions",
+                                     {"messages": BOOK, "max_tokens": 2, "verbose": False})
             assert "__verbose" not in quiet
-            status, both = await _post(session, base + "/v1/chat/completions", {
+            status, both = await post_on(session, base + "/v1/chat/completions", {
                 "messages": [*BOOK, {"role": "assistant", "content": "Hi"}], "continue_final_message": True})
             assert status == 400 and "add_generation_prompt" in both["error"]["message"]
             async with session.get(base + "/props") as resp:
@@ -212,8 +208,8 @@ async def test_no_jinja_server_refuses_tools_as_llama_server():
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
     try:
         async with aiohttp.ClientSession() as session:
-            status, body = await _post(session, f"http://127.0.0.1:{running.port}/apply-template",
-                                       {"messages": BOOK, "tools": [tool]})
+            status, body = await post_on(session, f"http://127.0.0.1:{running.port}/apply-template",
+                                         {"messages": BOOK, "tools": [tool]})
     finally:
         await running.close()
     assert status == 500 and body["error"]["message"] == "tools param requires --jinja flag"
@@ -277,7 +273,7 @@ async def test_a_gguf_s_own_chat_template_is_the_default(tmp_path):
     await running.wait_ready()
     try:
         async with aiohttp.ClientSession() as session:
-            status, applied = await _post(session, f"http://127.0.0.1:{running.port}/apply-template", {"messages": BOOK})
+            status, applied = await post_on(session, f"http://127.0.0.1:{running.port}/apply-template", {"messages": BOOK})
             async with session.get(f"http://127.0.0.1:{running.port}/props") as resp:
                 props = await resp.json()
     finally:
