@@ -1,10 +1,14 @@
 """`python -m bench.pd`: colocated against disaggregated prefill/decode on three public traces.
 
-For each trace (Mooncake conversation, Azure conversation, Azure code; the slices in
-tests/data/traces) its first requests (`--requests` scales how many) are replayed, their arrival
-times scaled so the offered rate is the goodput `flotilla plan pd` predicts (mean prompt and output lengths of the
-slice, the trace's SLOs, --gpus GPUs): the colocated fleet gets its own predicted goodput, and
-every prefill:decode split over each KV link gets, on identical arrivals, the best split's.
+For each GPU budget (`--gpus 4 8`) and trace (Mooncake conversation, Azure conversation, Azure
+code; the slices in tests/data/traces) its first requests are replayed (the slice lengths are for
+4 GPUs; a larger budget, offered about proportionally more, replays proportionally more requests so
+its arrivals span as long; `--requests` scales them all), their arrival times scaled so the
+offered rate is the goodput `flotilla plan pd` predicts (mean prompt and output lengths of the
+slice, the trace's SLOs, the budget): the colocated fleet gets its own predicted goodput, and
+every prefill:decode split gets, on identical arrivals, the best split's. Every link of --links
+is swept at the smallest budget; larger budgets (more splits, more runs) test the plan on
+--plan-link alone.
 Goodput is the offered rate times the share of requests within both SLOs; the simulator's best
 split is the one with the highest goodput (ties: the most SLO headroom). It prints a progress line per run (done,
 total, elapsed, ETA), then the table of docs/benchmarks.md, and writes bench/out/pd.json and a
@@ -35,6 +39,8 @@ from sim.pd import DEFAULT_PREFILL_POLICY, PdFleet, simulate_pd
 from sim.run import simulate
 
 REPO = Path(__file__).resolve().parents[2]
+BASE_GPUS = 4
+"""The budget the slice lengths of CASES are for."""
 TRACES_DIR = REPO / "tests" / "data" / "traces"
 
 
@@ -94,7 +100,7 @@ class Progress:
 
 def run_case(case: TraceCase, spec: EngineSpec, gpus: int, links: Sequence[str], requests: float,
              progress: Progress, plan_link: str) -> dict[str, Any]:
-    reqs = _slice(case, max(2, round(case.requests * requests)))
+    reqs = _slice(case, max(2, round(case.requests * requests * max(1.0, gpus / BASE_GPUS))))
     shape = RequestShape(round(sum(r.input_length or 0 for r in reqs) / len(reqs)),
                          max(2, round(sum(r.output_length for r in reqs) / len(reqs))),
                          case.slo.ttft_s or 1.0, case.slo.tpot_s or 1.0)
@@ -127,6 +133,7 @@ def run_case(case: TraceCase, spec: EngineSpec, gpus: int, links: Sequence[str],
             "sim_best": f"{best_p}:{gpus - best_p}", "sim_best_goodput_rps": _goodput(best, rate),
             "plan_best": f"{predicted[link][0].prefill}:{predicted[link][0].decode}",
             "plan_best_rps": predicted[link][0].goodput_rps,
+            "plan_predicted_rps": {f"{s.prefill}:{s.decode}": s.goodput_rps for s in predicted[link]},
         }
     return {"trace": case.name, "requests": len(reqs), "input_len_mean": shape.input_len,
             "output_len_mean": shape.output_len, "ttft_slo_s": case.slo.ttft_s, "tpot_slo_s": case.slo.tpot_s,
@@ -151,6 +158,22 @@ def table(cases: Sequence[dict[str, Any]], links: Sequence[str], plan_link: str)
     return "\n".join(lines)
 
 
+def agreement_table(cases: Sequence[dict[str, Any]], plan_link: str) -> str:
+    """Per budget and trace: the plan's and the simulator's best split, and the plan's predicted
+    goodput of its split against what the simulator measured for it (offered at that prediction,
+    so the simulator can only confirm it or fall short)."""
+    lines = [f"| GPUs | trace | plan's best ({plan_link}) | sim's best | agree | plan's split: predicted, simulated "
+             "req/s (gap) |", "|---|---|---|---|---|---|"]
+    for c in cases:
+        r = c["rows"][plan_link]
+        sim = r["splits"][r["plan_best"]]["goodput_rps"]
+        gap = 100 * (sim / r["plan_best_rps"] - 1) if r["plan_best_rps"] else 0.0
+        lines.append(f"| {c['gpus']} | {c['trace']} | {r['plan_best']} | {r['sim_best']} | "
+                     f"{'yes' if r['plan_best'] == r['sim_best'] else 'no'} | "
+                     f"{r['plan_best_rps']:.1f}, {sim:.1f} ({gap:+.0f}%) |")
+    return "\n".join(lines)
+
+
 def plot(cases: Sequence[dict[str, Any]], links: Sequence[str], path: Path) -> None:
     import matplotlib
 
@@ -162,9 +185,10 @@ def plot(cases: Sequence[dict[str, Any]], links: Sequence[str], path: Path) -> N
     width = 0.8 / len(names)
     for i, name in enumerate(names):
         values = [(c["rows"]["colocated"]["goodput_rps"] if name == "colocated"
-                   else c["rows"][name[4:]]["sim_best_goodput_rps"]) / c["gpus"] for c in cases]
+                   else c["rows"].get(name[4:], {}).get("sim_best_goodput_rps", 0.0)) / c["gpus"] for c in cases]
         ax.bar([k + i * width for k in range(len(cases))], values, width, label=name)
-    ax.set_xticks([k + 0.4 - width / 2 for k in range(len(cases))], [c["trace"] for c in cases])
+    ax.set_xticks([k + 0.4 - width / 2 for k in range(len(cases))],
+                  [f"{c['trace']}\n{c['gpus']} GPUs" for c in cases], fontsize=7)
     ax.set_yscale("log")  # the traces differ by 40x
     ax.set_ylabel("goodput per GPU (req/s within both SLOs, log)")
     ax.set_title("colocated vs best prefill:decode split (simulated, llama-3.1-8b on H100)")
@@ -180,7 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--requests", type=float, default=1.0,
                    help="scale of each trace's slice (default 1: 300 Mooncake, 2000 Azure conversation, 600 "
                         "Azure code requests)")
-    p.add_argument("--gpus", type=int, default=4, help="GPUs of every fleet (default 4)")
+    p.add_argument("--gpus", type=int, nargs="+", default=[4, 8], metavar="BUDGET",
+                   help="GPU budgets, each a run of every trace (default 4 8)")
     p.add_argument("--links", default="nvlink,ib400,eth100", help="KV links compared (default nvlink,ib400,eth100)")
     p.add_argument("--plan-link", default="ib400", help="the link plan and simulator are compared on (default ib400)")
     p.add_argument("--model", default="llama-3.1-8b")
@@ -194,11 +219,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         links.append(args.plan_link)
     cases = [c for c in CASES if c.name in args.traces.split(",")]
     spec = EngineSpec(model=args.model, gpu=args.gpu)
-    progress = Progress(len(cases) * (1 + len(links) * (args.gpus - 1)))
-    results = [run_case(c, spec, args.gpus, links, args.requests, progress, args.plan_link) for c in cases]
-    print(table(results, links, args.plan_link))
-    agreed = sum(c["rows"][args.plan_link]["plan_best"] == c["rows"][args.plan_link]["sim_best"] for c in results)
-    print(f"\nplan pd's best ratio agrees with the simulator's on {agreed} of {len(results)} traces ({args.plan_link})")
+    budgets = sorted(set(args.gpus))
+    swept = {g: links if g == budgets[0] else [args.plan_link] for g in budgets}
+    progress = Progress(sum(len(cases) * (1 + len(swept[g]) * (g - 1)) for g in budgets))
+    results = []
+    for g in budgets:
+        done = [run_case(c, spec, g, swept[g], args.requests, progress, args.plan_link) for c in cases]
+        results += done
+        print(f"\n{g} GPUs:\n" + table(done, swept[g], args.plan_link))
+        agreed = sum(c["rows"][args.plan_link]["plan_best"] == c["rows"][args.plan_link]["sim_best"] for c in done)
+        print(f"\nplan pd's best ratio agrees with the simulator's on {agreed} of {len(done)} traces "
+              f"({args.plan_link}, {g} GPUs)")
+    print("\n" + agreement_table(results, args.plan_link))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"model": args.model, "gpu": args.gpu, "cases": results}, indent=1) + "\n")
     if args.plot:
