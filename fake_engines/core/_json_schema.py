@@ -15,7 +15,9 @@ import json
 import random
 import re
 import string
+from collections.abc import Callable
 from re import _parser as sre_parse  # type: ignore[attr-defined]  # stdlib's own regex parser
+from typing import Any
 
 _MAX_DEPTH = 64
 _PRIMITIVES = {"boolean", "number", "integer", "value", "object", "array", "uuid", "char", "string", "null"}
@@ -69,9 +71,9 @@ class _Generator:
         if kind in (None, "object") and ("properties" in schema or schema.get("additionalProperties", True) is not True):
             return self.object(schema, depth)
         if kind in (None, "object", "string") and "allOf" in schema:
-            merged: dict = {}
-            for part in schema["allOf"]:
-                part = self.resolve(part["$ref"]) if isinstance(part, dict) and "$ref" in part else part
+            merged: dict[str, Any] = {}
+            for item in schema["allOf"]:
+                part: Any = self.resolve(item["$ref"]) if isinstance(item, dict) and "$ref" in item else item
                 merged = {**merged, **part, "properties": {**merged.get("properties", {}),
                                                            **(part.get("properties") or {})}}
             return self.value(merged, depth + 1)
@@ -119,14 +121,14 @@ class _Generator:
         kinds = ["string", "integer", "boolean", "null"] + (["array", "object"] if depth < 2 else [])
         return self.primitive(self.rng.choice(kinds), depth + 1)
 
-    def any_object(self, depth: int) -> dict:
+    def any_object(self, depth: int) -> dict[str, object]:
         keys = self.rng.sample(_WORDS, self.rng.randint(1, 2) if depth < 2 else 0)
         return {key: self.any_value(depth + 1) for key in keys}
 
-    def object(self, schema: dict, depth: int) -> dict:
+    def object(self, schema: dict[str, Any], depth: int) -> dict[str, object]:
         properties = schema.get("properties") or {}
         required = set(schema.get("required") or [])
-        out = {}
+        out: dict[str, Any] = {}  # not `object`: the method of that name shadows it here
         for name, sub in properties.items():
             if name in required or (depth < 3 and self.rng.random() < 0.5):
                 out[name] = self.value(sub, depth + 1)
@@ -136,7 +138,7 @@ class _Generator:
             out[key] = self.value(extra, depth + 1)
         return out
 
-    def array(self, schema: dict, depth: int) -> list:
+    def array(self, schema: dict[str, Any], depth: int) -> list[Any]:
         items = schema.get("prefixItems", schema.get("items"))
         if isinstance(items, list):
             return [self.value(item, depth + 1) for item in items]
@@ -148,7 +150,7 @@ class _Generator:
         length = self.rng.randint(low, max(low, min(high, low + 8)))
         return "".join(self.rng.choice(string.ascii_lowercase) for _ in range(length))
 
-    def number(self, schema: dict, integer: bool) -> float | int:
+    def number(self, schema: dict[str, Any], integer: bool) -> float | int:
         low = schema.get("minimum", schema.get("exclusiveMinimum", -100))
         high = schema.get("maximum", schema.get("exclusiveMaximum", max(low, 0) + 1000))
         if integer:
@@ -166,7 +168,7 @@ class _Generator:
             raise SchemaError(f"Unsupported pattern syntax: {exc}") from None
         return "".join(self.regex(parsed))
 
-    def regex(self, items) -> list[str]:  # noqa: ANN001 - sre_parse's parse tree
+    def regex(self, items: Any) -> list[str]:  # sre_parse's parse tree
         out: list[str] = []
         for op, arg in items:
             name = str(op)
@@ -191,7 +193,7 @@ class _Generator:
                 raise SchemaError(f"Unsupported pattern syntax: {name}")
         return out
 
-    def _class(self, items) -> str:  # noqa: ANN001
+    def _class(self, items: Any) -> str:  # sre_parse's character class
         chars: list[str] = []
         negate = False
         for op, arg in items:
@@ -223,7 +225,7 @@ def _time(rng: random.Random) -> str:
     return f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}Z"
 
 
-_FORMATS = {"uuid": _uuid, "date": _date, "time": _time, "date-time": lambda rng: f"{_date(rng)}T{_time(rng)}"}
+_FORMATS: dict[str, Callable[[random.Random], str]] = {"uuid": _uuid, "date": _date, "time": _time, "date-time": lambda rng: f"{_date(rng)}T{_time(rng)}"}
 
 
 def schema_value(schema: object, rng: random.Random) -> object:
