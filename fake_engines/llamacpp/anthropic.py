@@ -106,8 +106,8 @@ def _message(msg: object) -> list[dict]:
 
 
 def _image(block: dict) -> list[dict]:
-    source = block.get("source") if isinstance(block.get("source"), dict) else {}
-    url = _image_url(source)
+    source = block.get("source")
+    url = _image_url(source if isinstance(source, dict) else {})
     return [] if url is None else [{"type": "image_url", "image_url": {"url": url}}]
 
 
@@ -158,12 +158,12 @@ def _tool_choice(choice: object) -> str | None:
 
 def _thinking_and_metadata(body: dict) -> dict:
     extra: dict = {}
-    thinking = body.get("thinking") if isinstance(body.get("thinking"), dict) else {}
-    if thinking.get("type") == "enabled":
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled":
         budget = thinking.get("budget_tokens", 10000)
         extra["thinking_budget_tokens"] = budget if isinstance(budget, int) else 10000
-    metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
-    if _str(metadata, "user_id"):
+    metadata = body.get("metadata")
+    if isinstance(metadata, dict) and _str(metadata, "user_id"):
         extra["__metadata_user_id"] = metadata["user_id"]
     return extra
 
@@ -243,7 +243,7 @@ class MessageStream:
         if self.started:
             return []
         self.started = True
-        message = {"id": self.rid, "type": "message", "role": "assistant", "content": [], "model": self.model,
+        message: dict[str, object] = {"id": self.rid, "type": "message", "role": "assistant", "content": [], "model": self.model,
                    "stop_reason": None, "stop_sequence": None, "usage": usage(n_prompt, n_cached, 0)}
         return [("message_start", {"type": "message_start", "message": message})]
 
