@@ -83,6 +83,17 @@ def signal_value(sample: ScalingSignals, name: str) -> float | None:
     return value
 
 
+def per_replica(name: str, value: float, ready: int) -> float:
+    """Signal `name`'s value per ready replica: a fleet total divided by `ready` (> 0), an average as it is."""
+    return value if name in AVERAGED_SIGNALS else value / ready
+
+
+def demand_floor(current: int, value: float | None) -> int:
+    """The count to ask for when no replica is ready to measure: a fleet of zero cannot be measured,
+    so demand alone (a signal above zero, e.g. requests the proxy holds) brings one replica."""
+    return max(1, current) if (value or 0) > 0 else current
+
+
 def window(history: Sequence[ScalingSignals], now_s: float, window_s: float) -> list[ScalingSignals]:
     """Samples taken in (now_s - window_s, now_s]."""
     return [s for s in history if now_s - window_s < s.at_s <= now_s]

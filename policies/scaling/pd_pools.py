@@ -21,13 +21,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from policies.scaling.base import (
-    AVERAGED_SIGNALS,
     ConfigError,
     FleetState,
     Reason,
     Recommendation,
     ScalingPolicy,
     ScalingSignals,
+    demand_floor,
+    per_replica,
     signal_value,
     validate_signal_name,
 )
@@ -89,12 +90,10 @@ class PoolPolicy(ScalingPolicy):
         load = signal_value(sample, cfg.load_metric) if sample else None
         latency = signal_value(sample, cfg.latency_metric) if sample else None
         if fleet.ready == 0:
-            desired = max(1, fleet.current) if (load or 0) > 0 else fleet.current
-            return Recommendation(desired, Reason.NO_SIGNAL, "no ready replica to measure")
+            return Recommendation(demand_floor(fleet.current, load), Reason.NO_SIGNAL, "no ready replica to measure")
         ratios = {}
         if load is not None:
-            per_replica = load if cfg.load_metric in AVERAGED_SIGNALS else load / fleet.ready
-            ratios[cfg.load_metric] = per_replica / cfg.load_target
+            ratios[cfg.load_metric] = per_replica(cfg.load_metric, load, fleet.ready) / cfg.load_target
         if latency is not None:
             ratios[cfg.latency_metric] = latency / cfg.latency_slo_s
         if not ratios:

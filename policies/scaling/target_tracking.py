@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from policies.scaling.base import (
-    AVERAGED_SIGNALS,
     ConfigError,
     FleetState,
     Reason,
@@ -30,6 +29,8 @@ from policies.scaling.base import (
     ScalingPolicy,
     ScalingSignals,
     compare,
+    demand_floor,
+    per_replica,
     signal_value,
     validate_signal_name,
 )
@@ -90,12 +91,12 @@ class TargetTrackingPolicy(ScalingPolicy):
         value = signal_value(history[-1], cfg.metric) if history else None
         if value is None:
             return Recommendation(fleet.current, Reason.NO_SIGNAL, f"no {cfg.metric} sample")
-        if fleet.ready == 0:  # HPA cannot measure an empty fleet; demand alone brings one replica
-            desired = max(1, fleet.current) if value > 0 else fleet.current
+        if fleet.ready == 0:
+            desired = demand_floor(fleet.current, value)
             return Recommendation(desired, Reason.NO_SIGNAL, f"no ready replica to measure; {cfg.metric} {value:g}")
-        per_replica = value if cfg.metric in AVERAGED_SIGNALS else value / fleet.ready
-        ratio = per_replica / cfg.target
-        detail = f"{cfg.metric} {per_replica:.3g} per replica / target {cfg.target:g} = {ratio:.3f}"
+        each = per_replica(cfg.metric, value, fleet.ready)
+        ratio = each / cfg.target
+        detail = f"{cfg.metric} {each:.3g} per replica / target {cfg.target:g} = {ratio:.3f}"
         if abs(ratio - 1) <= cfg.tolerance:
             return Recommendation(fleet.current, Reason.TOLERANCE, f"{detail}; within tolerance")
         desired = math.ceil(fleet.ready * ratio)
