@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import urllib.request
 
+import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -11,6 +12,12 @@ def fetch_text(base_url: str, path: str = "/metrics") -> str:
     """GET a text body (blocking)."""
     with urllib.request.urlopen(base_url + path, timeout=30) as resp:
         return resp.read().decode()
+
+
+async def fetch_text_on(session: aiohttp.ClientSession, base_url: str, path: str = "/metrics") -> str:
+    """GET a text body on an aiohttp session (for an engine on the test's own loop)."""
+    async with session.get(base_url + path) as resp:
+        return await resp.text()
 
 
 def samples(text: str) -> list[tuple[str, dict[str, str], float]]:

@@ -17,8 +17,7 @@ from fake_engines.llamacpp.config import LlamaServerConfig
 from fake_engines.llamacpp.server import start_llama
 from fake_engines.vllm.config import VllmServeConfig
 from fake_engines.vllm.server import start_vllm
-from tests.conftest import REPO
-from tests.fake_engines.conftest import Serve
+from tests.conftest import REPO, Serve
 from tests.waiting import wait_until
 
 BODY = {"model": "m", "prompt": "hello there", "max_tokens": 8, "ignore_eos": True}

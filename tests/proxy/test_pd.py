@@ -23,7 +23,8 @@ from policies.routing.base import BackendState
 from proxy.app import PROXY_KEY, start_proxy
 from proxy.config import BackendSpec, HealthConfig, ProxyConfig
 from proxy.pd import PREFILL_PARAMS, prefill_body
-from tests.fake_engines.scrape import value
+from tests.conftest import Serve
+from tests.fake_engines.scrape import fetch_text_on, value
 from tests.waiting import wait_until
 
 PROMPT = "the cat sat on the mat " * 250  # 1500 tokens
@@ -37,18 +38,9 @@ def _engine(**overrides) -> VllmServeConfig:
 
 
 @pytest.fixture
-async def engines():
-    started = []
-
-    async def start(config: VllmServeConfig, faults: FaultInjector | None = None) -> str:
-        running = await start_vllm(config, cold_start=False, faults=faults)
-        await running.wait_ready()
-        started.append(running)
-        return f"http://127.0.0.1:{running.port}"
-
-    yield start
-    for running in started:
-        await running.close()
+def engines(serve: Serve):
+    """engines(config, faults) -> the base URL of a warm look-alike vLLM, closed when the test ends."""
+    return lambda config, faults=None: serve(start_vllm(config, cold_start=False, faults=faults))
 
 
 @pytest.fixture
@@ -93,11 +85,6 @@ async def _ask(session: aiohttp.ClientSession, url: str, stream: bool, chat: boo
         return text, usage
 
 
-async def _metrics(session: aiohttp.ClientSession, url: str) -> str:
-    async with session.get(url + "/metrics") as resp:
-        return await resp.text()
-
-
 async def test_pd_request_through_the_proxy_matches_colocated_tokens_and_usage(engines, pd_proxy):
     colocated = await engines(_engine())
     prefill = await engines(_engine(kv_transfer_config=kv_transfer_config_of(NIXL)))
@@ -109,24 +96,24 @@ async def test_pd_request_through_the_proxy_matches_colocated_tokens_and_usage(e
             got = await _ask(session, proxy, stream, chat)
             assert got == expected
             assert got[1]["prompt_tokens"] == expected[1]["prompt_tokens"] > 1000  # the prompt counted once
-        router = await _metrics(session, proxy)
+        router = await fetch_text_on(session, proxy)
         assert value(router, "flotilla_pd_requests_total", outcome="pd") == 3
         assert value(router, "flotilla_pd_requests_total", outcome="fallback") == 0
         assert value(router, "flotilla_pd_prefill_seconds_count") == 3
-        decoded = await _metrics(session, decode)
+        decoded = await fetch_text_on(session, decode)
         assert value(decoded, "vllm:nixl_xfer_time_seconds_count") == 3
         transfer_s = value(decoded, "vllm:nixl_xfer_time_seconds_sum")
         assert transfer_s > 0.01  # the first pulls: every block of the prompt over 100 GbE
         assert value(decoded, "vllm:time_to_first_token_seconds_sum") >= transfer_s
         assert value(decoded, "vllm:request_prefill_kv_computed_tokens_sum") == 3  # last prompt tokens only
-        prefilled = await _metrics(session, prefill)
+        prefilled = await fetch_text_on(session, prefill)
         assert value(prefilled, "vllm:request_success_total") == 3
         assert value(prefilled, "vllm:generation_tokens_total") == 3  # max_tokens 1 each
         await wait_until(lambda: _freed(session, prefill), what="prefill blocks freed after the pulls")
 
 
 async def _freed(session: aiohttp.ClientSession, url: str) -> bool:
-    return value(await _metrics(session, url), "vllm:kv_cache_usage_perc") == 0.0
+    return value(await fetch_text_on(session, url), "vllm:kv_cache_usage_perc") == 0.0
 
 
 def _closed_port() -> int:
@@ -141,9 +128,9 @@ async def test_prefill_replica_down_falls_back_to_local_prefill_on_the_decode_re
     proxy = await pd_proxy([f"http://127.0.0.1:{_closed_port()}"], [decode])
     async with aiohttp.ClientSession() as session:
         assert await _ask(session, proxy, False) == await _ask(session, colocated, False)
-        router = await _metrics(session, proxy)
+        router = await fetch_text_on(session, proxy)
         assert value(router, "flotilla_pd_requests_total", outcome="fallback") == 1
-        decoded = await _metrics(session, decode)
+        decoded = await fetch_text_on(session, decode)
         assert value(decoded, "vllm:nixl_xfer_time_seconds_count") == 0
         assert value(decoded, "vllm:request_prefill_kv_computed_tokens_sum") > 1000  # computed here
 
@@ -157,10 +144,10 @@ async def test_a_failing_prefill_replica_is_retried_on_another(engines, pd_proxy
     async with aiohttp.ClientSession() as session:
         for _ in range(2):  # round-robin: one of the two tries the failing replica first
             await _ask(session, proxy, False)
-        router = await _metrics(session, proxy)
+        router = await fetch_text_on(session, proxy)
         assert value(router, "flotilla_pd_requests_total", outcome="pd") == 2
         assert value(router, "flotilla_pd_prefill_failures_total", backend=failing, reason="status_503") >= 1
-        assert value(await _metrics(session, decode), "vllm:nixl_xfer_time_seconds_count") == 2
+        assert value(await fetch_text_on(session, decode), "vllm:nixl_xfer_time_seconds_count") == 2
 
 
 def test_prefill_body_is_the_toy_proxys_and_the_flags_build_two_pools():

@@ -11,19 +11,14 @@ import pytest
 from fake_engines.vllm.config import VllmServeConfig
 from fake_engines.vllm.engine import ModelDoesNotFit
 from fake_engines.vllm.server import start_vllm
-from tests.fake_engines.conftest import Serve
-from tests.fake_engines.scrape import samples, value
+from tests.conftest import Serve
+from tests.fake_engines.scrape import fetch_text_on, samples, value
 from tests.waiting import wait_until
 
 
 def _config(**overrides) -> VllmServeConfig:
     base = {"model": "llama-3.1-8b", "served_model_name": "m", "port": 0, "time_scale": 1.0, "max_model_len": 4096}
     return VllmServeConfig(**{**base, **overrides})
-
-
-async def _metrics(session: aiohttp.ClientSession, base: str) -> str:
-    async with session.get(base + "/metrics") as resp:
-        return await resp.text()
 
 
 async def _complete(session, base, prompt, max_tokens, model="m", stream=False) -> dict:
@@ -51,7 +46,7 @@ async def test_300_concurrent_requests_with_256_seqs_leave_44_waiting(served):
         tasks = [asyncio.create_task(_complete(session, base, f"request {i:04d} " * 4, 256)) for i in range(300)]
 
         async def settled() -> tuple[float, float, float] | None:
-            text = await _metrics(session, base)
+            text = await fetch_text_on(session, base)
             _check_gauge_invariants(text, 256)
             running, waiting = value(text, "vllm:num_requests_running"), value(text, "vllm:num_requests_waiting")
             if running + waiting == 300 and running == 256:  # every request arrived and admission settled
@@ -60,7 +55,7 @@ async def test_300_concurrent_requests_with_256_seqs_leave_44_waiting(served):
 
         seen = await wait_until(settled, poll_s=0.005, what="all 300 requests arrived and admission settled")
         await asyncio.gather(*tasks)
-        text = await _metrics(session, base)
+        text = await fetch_text_on(session, base)
     assert seen == (256, 44, 44)
     assert value(text, "vllm:request_success_total", finished_reason="length") == 300
     assert value(text, "vllm:num_requests_running") == 0
@@ -70,11 +65,11 @@ async def test_repeated_long_prompt_hits_its_full_blocks_and_gets_a_shorter_ttft
     base = await served(_config(max_model_len=16384, enable_prompt_tokens_details=True))
     prompt = "".join(f"{i:07d} " for i in range(4001))  # 32008 characters = 8002 tokens of 4 characters
     async with aiohttp.ClientSession() as session:
-        before = await _metrics(session, base)
+        before = await fetch_text_on(session, base)
         first = await _complete(session, base, prompt, 1)
-        middle = await _metrics(session, base)
+        middle = await fetch_text_on(session, base)
         second = await _complete(session, base, prompt, 1)
-        after = await _metrics(session, base)
+        after = await fetch_text_on(session, base)
     assert first["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
     assert second["usage"]["prompt_tokens_details"] == {"cached_tokens": 8000}
     hits = [value(t, "vllm:prefix_cache_hits_total") for t in (before, middle, after)]
@@ -88,7 +83,7 @@ async def test_small_kv_cache_preempts_and_still_finishes_every_request(served):
     base = await served(_config(num_gpu_blocks_override=64, max_model_len=1024, time_scale=0.05))
     async with aiohttp.ClientSession() as session:
         results = await asyncio.gather(*[_complete(session, base, f"{i:03d} " * 100, 400) for i in range(8)])
-        text = await _metrics(session, base)
+        text = await fetch_text_on(session, base)
     assert all(r["usage"]["completion_tokens"] == 400 for r in results)
     assert value(text, "vllm:num_preemptions_total") > 0
     assert value(text, "vllm:request_success_total", finished_reason="length") == 8
@@ -107,7 +102,7 @@ async def test_client_disconnect_aborts_counts_tokens_and_no_success(served):
         resp.close()  # drop the connection mid-stream
 
         async def idle() -> str | None:
-            text = await _metrics(session, base)
+            text = await fetch_text_on(session, base)
             return text if value(text, "vllm:num_requests_running") == 0 else None
 
         # the request would run 2,000 tokens; fewer generated (below) proves it was aborted early
@@ -126,11 +121,11 @@ async def test_mixed_lora_traffic_shares_steps_up_to_max_loras(served, tmp_path)
                  for m in ("lora-a", "lora-b", "lora-a", "lora-b")]
         combos = set()
         while not all(t.done() for t in tasks):
-            text = await _metrics(session, base)
+            text = await fetch_text_on(session, base)
             combos |= {lab["running_lora_adapters"] for n, lab, _ in samples(text) if n == "vllm:lora_requests_info"}
             await asyncio.sleep(0.01)  # sampling interval while the requests run, not a wait
         results = [t.result() for t in tasks]
-        text = await _metrics(session, base)
+        text = await fetch_text_on(session, base)
     assert "lora-a,lora-b" in combos
     assert [r["model"] for r in results] == ["lora-a", "lora-b", "lora-a", "lora-b"]
     assert value(text, "vllm:request_success_total", model_name="m") == 4
@@ -151,11 +146,11 @@ async def test_lora_info_lists_a_running_adapter_as_waiting_too_with_series_in_t
         task = asyncio.create_task(_complete(session, base, "hi " * 8, 200, model="lora-a"))
         seen = False
         while not task.done():
-            seen = seen or ("lora-a", "lora-a") in lora_series(await _metrics(session, base))
+            seen = seen or ("lora-a", "lora-a") in lora_series(await fetch_text_on(session, base))
             await asyncio.sleep(0.01)  # sampling interval while the request runs, not a wait
         await task
         await _complete(session, base, "hi " * 8, 20, model="lora-b")
-        series = lora_series(await _metrics(session, base))
+        series = lora_series(await fetch_text_on(session, base))
     assert seen
     assert series == [("lora-a", "lora-a"), ("", ""), ("lora-b", "lora-b")]
 
@@ -219,11 +214,11 @@ async def test_data_parallel_engines_share_the_load_and_label_their_series(serve
         tasks = [asyncio.create_task(_complete(session, base, f"{i} hello", 100)) for i in range(4)]
         busy = set()
         while not all(t.done() for t in tasks):
-            text = await _metrics(session, base)
+            text = await fetch_text_on(session, base)
             busy |= {e for e in ("0", "1") if value(text, "vllm:num_requests_running", engine=e) == 2}
             await asyncio.sleep(0.01)  # sampling interval while the requests run, not a wait
         await asyncio.gather(*tasks)
-        text = await _metrics(session, base)
+        text = await fetch_text_on(session, base)
     assert busy == {"0", "1"}
     assert [value(text, "vllm:request_success_total", engine=e) for e in ("0", "1")] == [2, 2]
     assert {lab["engine"] for n, lab, _ in samples(text) if n == "vllm:cache_config_info"} == {"0", "1"}
@@ -244,7 +239,7 @@ async def test_sigterm_drain_finishes_in_flight_requests_and_refuses_new_connect
 
 
 async def _running_one(session: aiohttp.ClientSession, base: str) -> bool:
-    return value(await _metrics(session, base), "vllm:num_requests_running") == 1
+    return value(await fetch_text_on(session, base), "vllm:num_requests_running") == 1
 
 
 async def _refuses(port: int) -> bool:

@@ -17,7 +17,9 @@ from fake_engines.perf.kv_cache import kv_bytes_per_token_per_gpu
 from fake_engines.perf.kv_transfer import blocks_to_pull, kv_transfer
 from fake_engines.vllm.config import VllmServeConfig
 from fake_engines.vllm.server import start_vllm
-from tests.fake_engines.scrape import value
+from tests.conftest import Serve
+from tests.fake_engines.client import post_on
+from tests.fake_engines.scrape import fetch_text_on, value
 from tests.waiting import wait_until
 
 PROMPT = "the cat sat on the mat " * 500  # 3000 tokens (4 characters a token): 188 blocks
@@ -34,25 +36,17 @@ def _config(**overrides) -> VllmServeConfig:
 
 
 @pytest.fixture
-async def served():
-    started = []
-
-    async def start(config: VllmServeConfig) -> str:
-        running = await start_vllm(config, cold_start=False)
-        await running.wait_ready()
-        started.append(running)
-        return f"http://127.0.0.1:{running.port}"
-
-    yield start
-    for running in started:
-        await running.close()
+def served(serve: Serve):
+    """served(config) -> the base URL of a warm look-alike vLLM, closed when the test ends."""
+    return lambda config: serve(start_vllm(config, cold_start=False))
 
 
 async def _post(session: aiohttp.ClientSession, url: str, body: dict) -> tuple[int, dict | str]:
+    """A completion's status and JSON answer, or its SSE text when streamed."""
+    if not body.get("stream"):
+        return await post_on(session, url + "/v1/completions", body)
     async with session.post(url + "/v1/completions", json=body) as resp:
-        if body.get("stream"):
-            return resp.status, await resp.text()
-        return resp.status, await resp.json()
+        return resp.status, await resp.text()
 
 
 def _stream_text(sse: str) -> tuple[str, dict]:
@@ -64,11 +58,6 @@ def _stream_text(sse: str) -> tuple[str, dict]:
             usage = event.get("usage") or usage
             text += "".join(c.get("text", "") for c in event["choices"])
     return text, usage
-
-
-async def _metrics(session: aiohttp.ClientSession, url: str) -> str:
-    async with session.get(url + "/metrics") as resp:
-        return await resp.text()
 
 
 def _modelled_transfer_s(blocks: int, link: str) -> float:
@@ -104,7 +93,7 @@ async def test_pd_request_gives_the_colocated_tokens_and_usage_with_the_transfer
             assert len(params["remote_block_ids"]) == 1  # one KV cache group
             assert len(params["remote_block_ids"][0]) == -(-prompt_tokens // 16)
             assert params["remote_num_tokens"] == prompt_tokens
-            held = value(await _metrics(session, prefill), "vllm:kv_cache_usage_perc")
+            held = value(await fetch_text_on(session, prefill), "vllm:kv_cache_usage_perc")
             assert held > 0  # the finished prefill's blocks wait for the pull
 
             status, got = await _post(session, decode, {**body, "kv_transfer_params": params})
@@ -118,7 +107,7 @@ async def test_pd_request_gives_the_colocated_tokens_and_usage_with_the_transfer
                 assert got["kv_transfer_params"] is None  # a decode engine answers none, as vLLM's
             await wait_until(lambda: _freed(session, prefill), what="prefill blocks freed after the pull")
 
-        text = await _metrics(session, decode)
+        text = await fetch_text_on(session, decode)
         # the first pull reads every block; the second only what the decode engine's prefix
         # cache lacks after the first (the last, partial block)
         first, second = blocks_to_pull(prompt_tokens, 0, 16), blocks_to_pull(prompt_tokens, prompt_tokens - 1, 16)
@@ -142,12 +131,12 @@ async def test_pd_request_gives_the_colocated_tokens_and_usage_with_the_transfer
         assert value(text, "vllm:external_prefix_cache_hits_total") == loaded
         assert value(text, "vllm:external_prefix_cache_queries_total") == 2 * prompt_tokens
         assert value(text, "vllm:prompt_tokens_cached_total") == 2 * (prompt_tokens - 1)
-        colocated_text = await _metrics(session, colocated)
+        colocated_text = await fetch_text_on(session, colocated)
         assert value(colocated_text, "vllm:request_prefill_kv_computed_tokens_sum") > 2 * 1000
 
 
 async def _freed(session: aiohttp.ClientSession, url: str) -> bool:
-    return value(await _metrics(session, url), "vllm:kv_cache_usage_perc") == 0.0
+    return value(await fetch_text_on(session, url), "vllm:kv_cache_usage_perc") == 0.0
 
 
 async def test_prefill_frees_unpulled_blocks_at_the_lease_and_a_late_decode_recomputes(served):
@@ -162,11 +151,11 @@ async def test_prefill_frees_unpulled_blocks_at_the_lease_and_a_late_decode_reco
         _, answer = await _post(session, prefill, {**request, "max_tokens": 1, "kv_transfer_params": PREFILL_PARAMS})
         assert isinstance(answer, dict) and answer["kv_transfer_params"]["do_remote_prefill"] is True
         await wait_until(lambda: _freed(session, prefill), what="blocks freed when the lease ran out")
-        assert value(await _metrics(session, prefill), "vllm:nixl_num_kv_expired_reqs_total") == 1
+        assert value(await fetch_text_on(session, prefill), "vllm:nixl_num_kv_expired_reqs_total") == 1
         status, got = await _post(session, decode, {**request, "kv_transfer_params": answer["kv_transfer_params"]})
         assert status == 200 and isinstance(got, dict) and isinstance(expected, dict)
         assert got["choices"][0]["text"] == expected["choices"][0]["text"] and got["usage"] == expected["usage"]
-        text = await _metrics(session, decode)
+        text = await fetch_text_on(session, decode)
         assert value(text, "vllm:nixl_num_failed_transfers_total") == 1
         assert value(text, "vllm:request_prefill_kv_computed_tokens_sum") == answer["usage"]["prompt_tokens"]
 
@@ -181,7 +170,7 @@ async def test_kv_transfer_params_are_ignored_without_a_connector_and_a_failed_r
         status, answer = await _post(session, decode, {"model": "m", "prompt": "hello there", "max_tokens": 4,
                                                        "kv_transfer_params": gone})
         assert status == 500 and isinstance(answer, dict) and "KV transfer" in answer["error"]["message"]
-        text = await _metrics(session, decode)
+        text = await fetch_text_on(session, decode)
         assert value(text, "vllm:nixl_num_failed_transfers_total") == 1
         assert value(text, "vllm:num_requests_waiting") == 0 and value(text, "vllm:num_requests_running") == 0
         status, answer = await _post(session, plain, {"model": "m", "prompt": "hello there", "max_tokens": 1,
