@@ -153,15 +153,7 @@ def attach(app: web.Application, config: AutoscaleConfig, pool: BackendPool | No
 
     app.middlewares.append(hold_middleware(runtime.holder, arrive, lambda: runtime.session))
     app[AUTOSCALER_KEY] = runtime
-
-    async def on_startup(_app: web.Application) -> None:
-        await runtime.start(proxy.metrics.ttft)
-
-    async def on_cleanup(_app: web.Application) -> None:
-        await runtime.stop()
-
-    app.on_startup.append(on_startup)
-    app.on_cleanup.append(on_cleanup)
+    _run_with(app, runtime, proxy.metrics.ttft)
     return runtime
 
 
@@ -182,13 +174,18 @@ def attach_prefill_pool(app: web.Application, config: AutoscaleConfig,
     holder = Holder(pool, HoldSettings(max_requests=0))  # never consulted: no hold middleware
     runtime = AutoscaleRuntime(config, policy, pool, metrics, ArrivalCounter(), holder)
     app[PREFILL_AUTOSCALER_KEY] = runtime
+    _run_with(app, runtime, stage.metrics.prefill_s)
+    return runtime
+
+
+def _run_with(app: web.Application, runtime: AutoscaleRuntime, ttft: Histogram | None) -> None:
+    """The runtime's loop lives as long as the app: started (reading `ttft`) on startup, stopped on cleanup."""
 
     async def on_startup(_app: web.Application) -> None:
-        await runtime.start(stage.metrics.prefill_s)
+        await runtime.start(ttft)
 
     async def on_cleanup(_app: web.Application) -> None:
         await runtime.stop()
 
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)
-    return runtime
