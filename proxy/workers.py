@@ -52,6 +52,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from flotilla.cli_errors import positive_int
+
 if TYPE_CHECKING:
     from aiohttp import web
 
@@ -76,12 +78,9 @@ def worker_count(text: str) -> int:
     if text == "auto":
         return available_cores()
     try:
-        n = int(text)
-    except ValueError:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"must be a positive integer or auto, not {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer or auto, not {text!r}")
-    return n
 
 
 def available_cores() -> int:
