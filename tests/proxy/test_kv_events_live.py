@@ -117,6 +117,17 @@ async def _metrics(url: str) -> str:
         return await resp.text()
 
 
+async def _cache_behind_the_proxies(session: aiohttp.ClientSession, fleet) -> tuple[list[str], list[str]]:
+    """Five prompts: four served by the engines directly (cached behind the proxies' backs), the last
+    routed by the in-process proxy. Returns them and the engine each should be routed to from now on."""
+    a, b = fleet.engine_urls
+    prompts = [text(seed, 6) for seed in range(5)]
+    for prompt, engine in zip(prompts, (a, b, b, a), strict=False):
+        await complete(session, engine, prompt)
+    chosen = await complete(session, fleet.proxy.url, prompts[4])
+    return prompts, [a, b, b, a, chosen]
+
+
 async def test_two_proxies_fed_by_the_same_events_make_the_same_decision(fleet):
     first = fleet.proxy
     backends = [BackendSpec(url=u, flavor="vllm", models=("llama-3.1-8b",), kv_events=g.kv_events())
@@ -124,15 +135,10 @@ async def test_two_proxies_fed_by_the_same_events_make_the_same_decision(fleet):
     second = await start_proxy(ProxyConfig(port=0, policy="precise-prefix", backends=backends))
     try:
         async with aiohttp.ClientSession() as session:
-            a, b = fleet.engine_urls
-            prompts = [text(seed, 6) for seed in range(5)]
-            for prompt, engine in zip(prompts, (a, b, b, a), strict=False):  # cached behind both proxies' backs
-                await complete(session, engine, prompt)
-            chosen = await complete(session, first.url, prompts[4])  # routed by the first proxy only
+            prompts, expected = await _cache_behind_the_proxies(session, fleet)
             for proxy in (first.proxy, second.proxy):
                 await wait_until(lambda p=proxy: index_matches_engines(session, p.kv_index, fleet.engine_urls),
                                  what="each proxy's index equal to the engines' caches")
-            expected = [a, b, b, a, chosen]
             assert [await complete(session, first.url, p) for p in prompts] == expected
             assert [await complete(session, second.url, p) for p in prompts] == expected
     finally:
@@ -154,11 +160,7 @@ async def test_two_proxy_processes_fed_by_the_same_events_make_the_same_decision
     try:
         second = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().split()[4]
         async with aiohttp.ClientSession() as session:
-            a, b = fleet.engine_urls
-            prompts = [text(seed, 6) for seed in range(5)]
-            for prompt, engine in zip(prompts, (a, b, b, a), strict=False):  # cached behind the proxies' backs
-                await complete(session, engine, prompt)
-            chosen = await complete(session, first.url, prompts[4])  # routed by the first proxy only
+            prompts, expected = await _cache_behind_the_proxies(session, fleet)
             index = first.proxy.kv_index
             await wait_until(lambda: index_matches_engines(session, index, fleet.engine_urls),
                              what="the in-process index equal to the engines' caches")
@@ -175,7 +177,6 @@ async def test_two_proxy_processes_fed_by_the_same_events_make_the_same_decision
                 return len(in_sync) == 2
 
             await wait_until(both_workers_in_sync, what="both workers' indexes as full as the in-process one")
-            expected = [a, b, b, a, chosen]
             assert [await complete(session, first.url, p) for p in prompts] == expected
             answered = []
             for p in prompts:  # new connections: either worker may answer each
