@@ -105,6 +105,20 @@ def window_mean(history: Sequence[ScalingSignals], name: str, now_s: float, wind
     return sum(values) / len(values) if values else None
 
 
+def require_positive(config: object, *names: str) -> None:
+    """ConfigError naming the first of the fields `names` of `config` that is not above 0."""
+    for name in names:
+        if getattr(config, name) <= 0:
+            raise ConfigError(name, getattr(config, name), "must be > 0")
+
+
+def require_non_negative(config: object, *names: str) -> None:
+    """ConfigError naming the first of the fields `names` of `config` that is below 0."""
+    for name in names:
+        if getattr(config, name) < 0:
+            raise ConfigError(name, getattr(config, name), "must be >= 0")
+
+
 def validate_signal_name(field_name: str, value: str) -> None:
     if value not in SIGNAL_NAMES:
         raise ConfigError(field_name, value, f"must be one of {', '.join(sorted(SIGNAL_NAMES))}")

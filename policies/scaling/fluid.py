@@ -19,6 +19,7 @@ from policies.scaling.base import (
     ReplicaState,
     ScalingPolicy,
     ScalingSignals,
+    require_positive,
 )
 
 # Samples kept for the policy; the longest built-in window is 300 s.
@@ -84,9 +85,7 @@ class FluidScenario:
     """Seconds one request occupies a replica; running requests = throughput x service_s."""
 
     def __post_init__(self) -> None:
-        for name in ("capacity_rps", "service_s"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(name, getattr(self, name), "must be > 0")
+        require_positive(self, "capacity_rps", "service_s")
         if self.cold_start_s < 0:
             raise ConfigError("cold_start_s", self.cold_start_s, "must be >= 0")
         if self.duration_s < 1:

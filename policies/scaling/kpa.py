@@ -27,6 +27,7 @@ from policies.scaling.base import (
     ScalingPolicy,
     ScalingSignals,
     compare,
+    require_positive,
     validate_signal_name,
     window_mean,
 )
@@ -56,9 +57,7 @@ class KpaConfig:
 
     def __post_init__(self) -> None:
         validate_signal_name("metric", self.metric)
-        for name in ("target", "stable_window_s", "panic_window_s", "interval_s"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(name, getattr(self, name), "must be > 0")
+        require_positive(self, "target", "stable_window_s", "panic_window_s", "interval_s")
         if self.panic_window_s > self.stable_window_s:
             raise ConfigError("panic_window_s", self.panic_window_s, "must be <= stable_window_s")
         for name in ("panic_threshold", "max_scale_up_rate", "max_scale_down_rate"):

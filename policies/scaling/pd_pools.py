@@ -29,6 +29,7 @@ from policies.scaling.base import (
     ScalingSignals,
     demand_floor,
     per_replica,
+    require_positive,
     signal_value,
     validate_signal_name,
 )
@@ -55,9 +56,7 @@ class PoolConfig:
     def __post_init__(self) -> None:
         validate_signal_name("load_metric", self.load_metric)
         validate_signal_name("latency_metric", self.latency_metric)
-        for name in ("load_target", "latency_slo_s", "interval_s"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(name, getattr(self, name), "must be > 0")
+        require_positive(self, "load_target", "latency_slo_s", "interval_s")
         if not 0 <= self.scale_down_below < 1:
             raise ConfigError("scale_down_below", self.scale_down_below, "must be in [0, 1)")
         if self.max_up_factor <= 1:

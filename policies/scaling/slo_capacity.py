@@ -35,6 +35,8 @@ from policies.scaling.base import (
     ScalingPolicy,
     ScalingSignals,
     compare,
+    require_non_negative,
+    require_positive,
     window,
 )
 from policies.scaling.registry import register_policy
@@ -67,12 +69,8 @@ class SloCapacityConfig:
         for name in ("target_utilization", "burst_utilization"):
             if not 0 < getattr(self, name) <= 1:
                 raise ConfigError(name, getattr(self, name), "must be in (0, 1]")
-        for name in ("capacity_rps", "ttft_slo_s", "interval_s"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(name, getattr(self, name), "must be > 0")
-        for name in ("cold_start_s", "hold_s", "scale_down_cooldown_s"):
-            if getattr(self, name) < 0:
-                raise ConfigError(name, getattr(self, name), "must be >= 0")
+        require_positive(self, "capacity_rps", "ttft_slo_s", "interval_s")
+        require_non_negative(self, "cold_start_s", "hold_s", "scale_down_cooldown_s")
         if self.max_scale_down < 1:
             raise ConfigError("max_scale_down", self.max_scale_down, "must be >= 1")
 

@@ -31,6 +31,7 @@ from policies.scaling.base import (
     compare,
     demand_floor,
     per_replica,
+    require_non_negative,
     signal_value,
     validate_signal_name,
 )
@@ -58,9 +59,7 @@ class TargetTrackingConfig:
             raise ConfigError("target", self.target, "must be > 0")
         if not 0 <= self.tolerance < 1:
             raise ConfigError("tolerance", self.tolerance, "must be in [0, 1)")
-        for name in ("up_window_s", "down_window_s"):
-            if getattr(self, name) < 0:
-                raise ConfigError(name, getattr(self, name), "must be >= 0")
+        require_non_negative(self, "up_window_s", "down_window_s")
         if self.interval_s <= 0:
             raise ConfigError("interval_s", self.interval_s, "must be > 0")
 
