@@ -4,6 +4,12 @@ Prompts are cut into fixed blocks and each block's hash is chained to the one be
 vLLM's prefix cache does, so one hash names a whole prefix. A set of chained hashes per backend
 is therefore a trie of blocks stored flat: a prompt matches as many leading blocks as are in
 the set. Each backend's set is an LRU sized from its cache capacity.
+
+Every insert is a whole chain from its first block, deepest blocks least recent, so a block is
+never less recent than any block below it and eviction takes descendants before their
+ancestors: each set is closed under prefixes. A prompt's blocks that are held are therefore
+always its leading ones, which lets `match` find how many by bisection, and `insert` skip the
+look-up of the leading blocks a match just counted.
 """
 
 from __future__ import annotations
@@ -11,7 +17,6 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import takewhile
 
 import numpy as np
 
@@ -93,9 +98,12 @@ def _text_hashes(text: str, block_chars: int, seed: int) -> list[int]:
     if n == 0:
         return []
     _KEYS.ensure(block_chars, n)
-    chars = _code_points(text[: n * block_chars]).reshape(n, block_chars).astype(np.uint64)
+    chars = _code_points(text)[: n * block_chars].reshape(n, block_chars)
     with np.errstate(over="ignore"):  # arithmetic mod 2**64 is the point
-        per_block = np.einsum("ij,j->i", chars, _KEYS.chars[:block_chars])  # quicker than @ for integers
+        # quicker than @ for integers; einsum widens the 1- or 4-byte code points to uint64 a
+        # buffer at a time, where a 64-bit copy of the whole prompt (3.2 MB for 400,000
+        # characters) would be a fresh allocation to fault in on every request
+        per_block = np.einsum("ij,j->i", chars, _KEYS.chars[:block_chars], dtype=np.uint64)
         chained = np.cumsum(per_block * _KEYS.blocks[:n], dtype=np.uint64)
     hashes: list[int] = (chained ^ _KEYS.links[:n] ^ np.uint64(seed)).tolist()
     return hashes
@@ -109,22 +117,37 @@ class PrefixIndex:
         self._lru: dict[str, OrderedDict[int, None]] = {}  # url -> hashes, least recent first
 
     def match(self, url: str, hashes: Sequence[int]) -> int:
-        """How many leading blocks of `hashes` the backend at `url` holds."""
+        """How many leading blocks of `hashes` the backend at `url` holds.
+
+        Held blocks are a prefix of the chain (see the module docstring), so the count is found
+        by bisection: about 13 look-ups for a 400,000-character prompt instead of 6,250."""
         held = self._lru.get(url)
         if not held:
             return 0
-        return len(list(takewhile(held.__contains__, hashes)))  # the loop in C
+        low, high = 0, len(hashes)  # hashes[:low] held; hashes[high:] not
+        while low < high:
+            mid = (low + high) // 2
+            if hashes[mid] in held:
+                low = mid + 1
+            else:
+                high = mid
+        return low
 
-    def insert(self, url: str, hashes: Sequence[int], capacity_blocks: int | None = None) -> None:
+    def insert(self, url: str, hashes: Sequence[int], capacity_blocks: int | None = None,
+               held_blocks: int | None = None) -> None:
         """Record that `url` now caches `hashes`, evicting the least recently used beyond capacity.
 
         Deepest blocks go in first, so the first block is the most recent: eviction then trims
         prompts from the tail and a shorter prefix stays matchable, as in the engine's cache.
+        `held_blocks` is `match(url, hashes)` when the caller knows it: the blocks past it are
+        then new and go straight to the end, and only the held ones are moved.
         """
         held = self._lru.setdefault(url, OrderedDict())
-        # Add the new ones, then move every one to the end, deepest first: both loops run in C.
-        deque(map(held.setdefault, reversed(hashes)), maxlen=0)  # (OrderedDict.update is slower)
-        deque(map(held.move_to_end, reversed(hashes)), maxlen=0)
+        new_from = 0 if held_blocks is None else held_blocks
+        # Add the new ones, then move the others to the end, deepest first: both loops run in C.
+        deque(map(held.setdefault, reversed(hashes[new_from:])), maxlen=0)  # (OrderedDict.update is slower)
+        moved = hashes if held_blocks is None else hashes[:held_blocks]
+        deque(map(held.move_to_end, reversed(moved)), maxlen=0)
         limit = capacity_blocks if capacity_blocks is not None else self.default_capacity_blocks
         while len(held) > max(limit, 0):
             held.popitem(last=False)
@@ -135,12 +158,14 @@ class PrefixIndex:
     def clear(self) -> None:
         self._lru.clear()
 
-    def record(self, backend: BackendView, hashes: Sequence[int], block_size_tokens: int) -> None:
+    def record(self, backend: BackendView, hashes: Sequence[int], block_size_tokens: int,
+               held_blocks: int | None = None) -> None:
         """Remember that `backend` now caches `hashes`; its LRU holds as many blocks as its
-        scraped KV capacity, or the default while the engine has not reported one."""
+        scraped KV capacity, or the default while the engine has not reported one.
+        `held_blocks`: `match(backend.url, hashes)`, when known (see `insert`)."""
         capacity = (self.default_capacity_blocks if backend.cache_capacity_tokens is None
                     else backend.cache_capacity_tokens // block_size_tokens)
-        self.insert(backend.url, hashes, capacity)
+        self.insert(backend.url, hashes, capacity, held_blocks)
 
     def match_fraction(self, url: str, hashes: Sequence[int]) -> float:
         """Share of `hashes` (a prompt's blocks) the index believes `url` holds; 0 for no blocks."""

@@ -40,10 +40,9 @@ class PrefixIndexedPolicy(RoutingPolicy):
         """The decision for `winner`, predicting the prompt tokens it held (`predicted` when the
         caller matched it already); then the index records it as holding every block of the prompt."""
         size = self.config.block_size_tokens
-        if predicted is None:
-            predicted = self.index.match(winner.url, hashes) * size
-        self.index.record(winner, hashes, size)
-        return Decision(winner.index, rule, predicted)
+        held = self.index.match(winner.url, hashes) if predicted is None else predicted // size
+        self.index.record(winner, hashes, size, held)
+        return Decision(winner.index, rule, held * size)
 
     def reset(self) -> None:
         self.index.clear()

@@ -54,3 +54,20 @@ def test_record_sizes_each_backend_lru_from_its_scraped_kv_capacity():
     assert (index.size("small"), index.size("unknown")) == (2, 3)
     assert index.match_fraction("unknown", [1, 2, 3, 4]) == 0.75
     assert index.match_fraction("small", []) == 0.0
+
+
+def test_bisected_match_and_shortcut_insert_agree_with_a_linear_scan_under_eviction():
+    import random
+    from itertools import takewhile
+
+    rng = random.Random(7)
+    fast, plain = PrefixIndex(), PrefixIndex()
+    stems = ["".join(rng.choice("ab") for _ in range(64 * rng.randint(0, 6))) for _ in range(8)]
+    for _ in range(400):  # prompts sharing prefixes of several lengths, in an LRU that keeps evicting
+        prompt = rng.choice(stems) + "".join(rng.choice("abc") for _ in range(64 * rng.randint(0, 8)))
+        hashes = block_hashes(RequestInfo(prompt=prompt), SHAPE)
+        linear = len(list(takewhile(fast._lru.get("u", {}).__contains__, hashes)))
+        assert fast.match("u", hashes) == linear
+        fast.insert("u", hashes, capacity_blocks=20, held_blocks=linear)
+        plain.insert("u", hashes, capacity_blocks=20)
+        assert list(fast._lru["u"]) == list(plain._lru["u"])  # the same blocks in the same LRU order
