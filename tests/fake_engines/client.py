@@ -33,3 +33,15 @@ async def post_on(session: aiohttp.ClientSession, url: str, body: object = None)
     """Status and parsed JSON answer of a POST on an aiohttp session."""
     async with session.post(url, json=body) as resp:
         return resp.status, await resp.json()
+
+
+def stream_text_and_usage(sse: str) -> tuple[str, dict[str, Any]]:
+    """A completion or chat completion stream's text joined, and its usage event ({} without one)."""
+    text = ""
+    usage: dict[str, Any] = {}
+    for line in sse.splitlines():
+        if line.startswith("data: {"):
+            event = json.loads(line[6:])
+            usage = event.get("usage") or usage
+            text += "".join((c.get("delta") or {}).get("content") or c.get("text", "") for c in event["choices"])
+    return text, usage

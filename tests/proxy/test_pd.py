@@ -24,6 +24,7 @@ from proxy.app import PROXY_KEY, start_proxy
 from proxy.config import BackendSpec, HealthConfig, ProxyConfig
 from proxy.pd import PREFILL_PARAMS, prefill_body
 from tests.conftest import Serve
+from tests.fake_engines.client import stream_text_and_usage
 from tests.fake_engines.scrape import fetch_text_on, value
 from tests.waiting import wait_until
 
@@ -76,13 +77,7 @@ async def _ask(session: aiohttp.ClientSession, url: str, stream: bool, chat: boo
             answer = await resp.json()
             choice = answer["choices"][0]
             return choice["message"]["content"] if chat else choice["text"], answer["usage"]
-        text, usage = "", {}
-        for line in (await resp.text()).splitlines():
-            if line.startswith("data: {"):
-                event = json.loads(line[6:])
-                usage = event.get("usage") or usage
-                text += "".join((c.get("delta") or {}).get("content") or c.get("text", "") for c in event["choices"])
-        return text, usage
+        return stream_text_and_usage(await resp.text())
 
 
 async def test_pd_request_through_the_proxy_matches_colocated_tokens_and_usage(engines, pd_proxy):

@@ -5,8 +5,6 @@ as a colocated engine, and the prefill side's held blocks freed after the pull o
 
 from __future__ import annotations
 
-import json
-
 import aiohttp
 import pytest
 
@@ -18,7 +16,7 @@ from fake_engines.perf.kv_transfer import blocks_to_pull, kv_transfer
 from fake_engines.vllm.config import VllmServeConfig
 from fake_engines.vllm.server import start_vllm
 from tests.conftest import Serve
-from tests.fake_engines.client import post_on
+from tests.fake_engines.client import post_on, stream_text_and_usage
 from tests.fake_engines.scrape import fetch_text_on, value
 from tests.waiting import wait_until
 
@@ -47,17 +45,6 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict) -> tuple[i
         return await post_on(session, url + "/v1/completions", body)
     async with session.post(url + "/v1/completions", json=body) as resp:
         return resp.status, await resp.text()
-
-
-def _stream_text(sse: str) -> tuple[str, dict]:
-    """The streamed text and the usage event."""
-    text, usage = "", {}
-    for line in sse.splitlines():
-        if line.startswith("data: {"):
-            event = json.loads(line[6:])
-            usage = event.get("usage") or usage
-            text += "".join(c.get("text", "") for c in event["choices"])
-    return text, usage
 
 
 def _modelled_transfer_s(blocks: int, link: str) -> float:
@@ -99,7 +86,7 @@ async def test_pd_request_gives_the_colocated_tokens_and_usage_with_the_transfer
             status, got = await _post(session, decode, {**body, "kv_transfer_params": params})
             assert status == 200
             if stream:
-                assert _stream_text(got) == _stream_text(expected)  # type: ignore[arg-type]
+                assert stream_text_and_usage(got) == stream_text_and_usage(expected)  # type: ignore[arg-type]
             else:
                 assert isinstance(got, dict) and isinstance(expected, dict)
                 assert got["choices"][0]["text"] == expected["choices"][0]["text"]
