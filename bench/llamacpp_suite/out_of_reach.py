@@ -60,6 +60,16 @@ OUT_OF_REACH: dict[str, tuple[str, str]] = {
                  "tokenizer"),
     "test_slot_save.py::test_slot_erase": (
         WEIGHTS, f"regex (Whiskers|Flana)+ on {_STORY}'s text, then prompt_n 21 of its tokenizer"),
+    # the model's own stopping point: stories260K does not end its text (EOS) within these n_predict budgets,
+    # so the tests read exactly n_predict tokens; when a model ends its text is in its weights
+    "test_completion.py::test_completion_unified": (
+        WEIGHTS, f"timings.predicted_n == n_predict (40-90): {_STORY} does not end its text before"),
+    "test_completion.py::test_n_probs_post_backend_sampling": (
+        WEIGHTS, f"20 completion_probabilities for n_predict 20: {_STORY} does not end its text before"),
+    "test_ctx_shift.py::test_ctx_shift_disabled_short_prompt[64-64-False]": (
+        WEIGHTS, f"predicted_n 64 for n_predict 64: {_STORY} does not end its text before"),
+    "test_ctx_shift.py::test_ctx_shift_disabled_stream": (
+        WEIGHTS, f"finish_reason length after n_predict 256: {_STORY} does not end its text before"),
     # a real tokenizer's counts, ids and pieces
     "test_chat_completion.py::test_chat_completion": (
         TOKENIZER, f"usage.prompt_tokens 69 / 77 / 23 / 104 / 79 of {_STORY}'s tokenizer, then a regex on its "
@@ -79,6 +89,8 @@ OUT_OF_REACH: dict[str, tuple[str, str]] = {
     "test_completion.py::test_completion_prompt_cache": (
         TOKENIZER, f"prompt_n + cache_n == (40 + r) * 5 + 2, the token count of ' Hello r' repeats in {_STORY}'s "
                    "tokenizer"),
+    "test_chat_completion.py::test_return_progress[64-4-False]": (
+        TOKENIZER, f"4 prompt batches of 64: the chat prompt's length in {_STORY}'s tokenizer"),
     "test_ctx_shift.py::test_ctx_shift_enabled": (TOKENIZER, f"timings.prompt_n 226 of {_STORY}'s tokenizer"),
     "test_ctx_shift.py::test_ctx_shift_disabled_short_prompt[-1-248-True]": (
         TOKENIZER, f"248 tokens generated = n_ctx 256 - 8 prompt tokens of {_STORY}'s tokenizer"),
@@ -95,6 +107,10 @@ OUT_OF_REACH: dict[str, tuple[str, str]] = {
     # files from the hub the wrapper cannot stand in for
     "test_lora.py::*": (DOWNLOAD, "the LoRA adapter moe_shakespeare15M.gguf (then regexes on stories15M_MOE's text)"),
     "test_speculative.py::*": (DOWNLOAD, "the draft model stories15M-q4_0.gguf, fetched by the fixture"),
+    "test_router.py::test_router_download_model": (
+        DOWNLOAD, "POST /models downloads ggml-org/test-model-stories260K from the hub into the router's cache"),
+    "test_router.py::test_router_delete_model": (
+        DOWNLOAD, "deletes the model test_router_download_model downloaded (it downloads it first if absent)"),
     "test_router.py::test_router_remote_preset": (
         DOWNLOAD, "the preset file of the hub repo ggml-org/test-preset-ci (its model names)"),
     "test_compat_anthropic.py::test_anthropic_vision_base64_with_multimodal_model": (DOWNLOAD, _IMAGE),

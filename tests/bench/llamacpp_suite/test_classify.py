@@ -13,7 +13,7 @@ from bench.llamacpp_suite.out_of_reach import KINDS, OUT_OF_REACH, out_of_reach
 from bench.llamacpp_suite.report import HEADING, render, replace_section
 
 # pytest's long report of a failure: the test's own failing line is the `>` line of the frame in unit/test_*.py
-UNIFIED = """    def test_completion_unified(n_ctx, n_slots, n_predict_vals, expected_success):
+UNIFIED = """    def test_completion_n_predict(n_ctx, n_slots, n_predict_vals, expected_success):
 &gt;                   assert res.body["timings"]["predicted_n"] == n_predict
 E                   assert 62 == 80
 
@@ -28,7 +28,7 @@ JUNIT = f"""<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="p
 error: cannot listen on a,b: no such host name (--host)</system-out></testcase>
 <testcase classname="unit.test_basic" name="test_skip"><skipped message="needs GPU" /></testcase>
 <testcase classname="unit.test_basic" name="test_load_split_model"><failure message="AssertionError: assert False">x</failure></testcase>
-<testcase classname="unit.test_completion" name="test_completion_unified[256-4-n_predict_vals0-expected_success0]"><failure message="assert 62 == 80">{UNIFIED}</failure></testcase>
+<testcase classname="unit.test_completion" name="test_completion_n_predict[256-4-n_predict_vals0-expected_success0]"><failure message="assert 62 == 80">{UNIFIED}</failure></testcase>
 <testcase classname="unit.test_tokenize" name="test_tokenize_with_bos" />
 </testsuite></testsuites>"""
 
@@ -52,7 +52,7 @@ def test_outcomes_reasons_and_hollow_passes_come_from_the_report():
     assert passed.outcome == "passed" and passed.hollow == ["GET /props"]
     split = by_name["test_load_split_model"]  # in the out-of-reach table: its reason comes from there
     assert split.kind == "real weights" and "(little|girl)+" in split.reason
-    unified = by_name["test_completion_unified[256-4-n_predict_vals0-expected_success0]"]
+    unified = by_name["test_completion_n_predict[256-4-n_predict_vals0-expected_success0]"]  # not in the table
     assert unified.kind == "" and unified.statement == 'assert res.body["timings"]["predicted_n"] == n_predict'
     assert unified.reason.startswith("generates another number of tokens than the n_predict")
 
@@ -94,7 +94,7 @@ def test_the_out_of_reach_table_matches_by_test_and_by_parameters():
     # the same test with an invalid image is a difference to close, not out of reach
     assert out_of_reach("unit/test_vision_api.py::test_vision_chat_completion[What is this:\\n-malformed-False-None]") is None
     assert out_of_reach("unit/test_ctx_shift.py::test_ctx_shift_disabled_short_prompt[-1-248-True]") is not None
-    assert out_of_reach("unit/test_ctx_shift.py::test_ctx_shift_disabled_short_prompt[64-64-False]") is None
+    assert out_of_reach("unit/test_ctx_shift.py::test_ctx_shift_disabled_long_prompt") is None
     assert out_of_reach("unit/test_completion.py::test_completion_stream_vs_non_stream") is None  # no prefix match
     assert all(kind in KINDS and detail for kind, detail in OUT_OF_REACH.values())
 
