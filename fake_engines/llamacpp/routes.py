@@ -32,7 +32,7 @@ from fake_engines.llamacpp.constrained import (
     settings_logit_bias,
 )
 from fake_engines.llamacpp.errors import LlamaError, max_tokens, parse_json, typed
-from fake_engines.llamacpp.progress import progress_reports
+from fake_engines.llamacpp.progress import progress_reports, progress_timings
 from fake_engines.llamacpp.prompts import tokenize_prompts
 from fake_engines.llamacpp.telemetry import request_timings
 from fake_engines.llamacpp.templates import ChatTemplates, body_prompt
@@ -84,6 +84,8 @@ class LlamaRequest:
     """Native: the generated token ids in `tokens`."""
     return_progress: bool = False
     """Streamed: prompt_progress events before the first token."""
+    timings_per_token: bool = False
+    """Streamed: `timings` on each prompt_progress event too (the slot's stats at that report)."""
     verbose: bool = False
     """OpenAI routes: add `__verbose` (the native final body, the prompt among it); --verbose's default."""
 
@@ -168,6 +170,7 @@ def parse_request(server: LlamaServer, body: dict, kind: str) -> LlamaRequest:
                         constraints=parse_constraints(body, kind), post_sampling_probs=bool(body.get("post_sampling_probs")),
                         response_fields=_response_fields(body, kind), return_tokens=bool(body.get("return_tokens")),
                         return_progress=bool(body.get("return_progress")),
+                        timings_per_token=bool(body.get("timings_per_token")),
                         verbose=kind != "native" and bool(body.get("verbose", server.config.verbose)))
 
 
@@ -492,6 +495,8 @@ def _progress_events(server: LlamaServer, req: LlamaRequest, handle: RequestHand
             event = _indexed(shapes.completion_chunk(rid, created, model, "", None), index)
         else:
             event = {**shapes.native_chunk("", [], 0, request.num_prompt_tokens), "index": index}
+        if req.timings_per_token:
+            event["timings"] = progress_timings(report, prompt_ms)
         events.append({**event, "prompt_progress": report})
     return events
 

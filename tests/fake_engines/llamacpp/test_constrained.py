@@ -122,3 +122,24 @@ def test_return_progress_reports_the_prompt_before_the_first_token(engine):
     assert reports and all("prompt_progress" not in e for e in events[first_text:])
     assert reports[0]["processed"] == reports[0]["cache"] and reports[-1]["processed"] == reports[-1]["total"] > 0
     assert all(a["processed"] < b["processed"] for a, b in zip(reports, reports[1:], strict=False))
+
+
+def test_progress_reports_carry_the_slot_timings_only_with_timings_per_token(engine):
+    def progress(extra: dict) -> list[dict]:
+        body = {"prompt": "wxyz" * 200, "n_predict": 2, "stream": True, "return_progress": True, "cache_prompt": False,
+                **extra}
+        req = urllib.request.Request(engine.base_url + "/completion", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            events = [json.loads(line[6:]) for line in resp.read().decode().splitlines() if line.startswith("data: ")]
+        return [e for e in events if "prompt_progress" in e]
+
+    assert all("timings" not in e for e in progress({}))
+    reports = progress({"timings_per_token": True})
+    first = reports[0]["timings"]
+    assert (first["prompt_n"], first["prompt_ms"], first["predicted_n"], first["predicted_ms"]) == (0, 0.0, 0, 0.0)
+    assert all(v is not None and v >= 0 for e in reports for v in e["timings"].values())
+    assert all(a["timings"]["prompt_ms"] <= b["timings"]["prompt_ms"] for a, b in zip(reports, reports[1:], strict=False))
+    last = reports[-1]
+    assert last["timings"]["prompt_n"] == last["prompt_progress"]["processed"] - last["prompt_progress"]["cache"] > 0
+    assert last["timings"]["prompt_ms"] > 0

@@ -80,6 +80,12 @@ def test_prompt_longer_than_a_slot_is_exceed_context_size_error(engine):
     assert body == {"error": {"code": 400, "message": "request (3002 tokens) exceeds the available context size "
                               "(1024 tokens), try increasing it", "type": "exceed_context_size_error",
                               "n_prompt_tokens": 3002, "n_ctx": 1024}}
+    # the slot's whole context is refused too (n_tokens >= slot.n_ctx), on every route, streamed or not
+    for path, body in [("/completion", {"prompt": "abcd" * 1023}), ("/completion", {"prompt": "abcd" * 1023, "stream": True}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "abcd" * 1100}], "stream": True})]:
+        status, refused = post_json(engine.base_url, path, json.dumps(body).encode())
+        assert status == 400 and refused["error"]["type"] == "exceed_context_size_error", path
+        assert "exceeds the available context size (1024 tokens)" in refused["error"]["message"]
 
 
 def test_unknown_route_and_idle_slots_look_like_the_capture(engine):
