@@ -94,7 +94,7 @@ def test_the_out_of_reach_table_matches_by_test_and_by_parameters():
     # the same test with an invalid image is a difference to close, not out of reach
     assert out_of_reach("unit/test_vision_api.py::test_vision_chat_completion[What is this:\\n-malformed-False-None]") is None
     assert out_of_reach("unit/test_ctx_shift.py::test_ctx_shift_disabled_short_prompt[-1-248-True]") is not None
-    assert out_of_reach("unit/test_ctx_shift.py::test_ctx_shift_disabled_long_prompt") is None
+    assert out_of_reach("unit/test_ctx_shift.py::test_ctx_shift_disabled_short_prompt[32-32-False]") is None
     assert out_of_reach("unit/test_completion.py::test_completion_stream_vs_non_stream") is None  # no prefix match
     assert all(kind in KINDS and detail for kind, detail in OUT_OF_REACH.values())
 
