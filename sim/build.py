@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fake_engines.core import VllmScheduler
+from fake_engines.core import LlamaCppScheduler, VllmScheduler
 from fake_engines.factory import BuiltEngine, build_engine
+from fake_engines.llamacpp.vocab import BOS_ID
 from fake_engines.perf.batch import Layout
 from flotilla.fleet import EngineGroup, Fleet
 from loadgen.prompts import PromptBuilder
@@ -111,8 +112,11 @@ def engine_replica(engine: BuiltEngine, index: int, listener: Listener) -> CoreR
             core = VllmScheduler(dataclasses.replace(core.config, enable_kv_cache_events=True))
     else:
         sink = None
+    # the loadgen sends text, before which llama-server puts BOS (fake_engines/llamacpp/vocab.py): the
+    # simulated replica counts it too, so live and simulated prompt_tokens agree
+    text_prefix = (BOS_ID,) if isinstance(core, LlamaCppScheduler) else ()
     return CoreReplica(index, core, engine.step_time, listener, queue=getattr(listener, "queue", None),
-                       decode_run_time=run_time, kv_events=sink)
+                       decode_run_time=run_time, kv_events=sink, text_prefix=text_prefix)
 
 
 def describe(group: EngineGroup, engine: BuiltEngine) -> dict[str, Any]:

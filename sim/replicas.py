@@ -149,9 +149,11 @@ class CoreReplica:
 
     def __init__(self, index: int, core: EngineCore, step_time: StepTime, listener: Listener,
                  queue: EventQueue | None = None, decode_run_time: DecodeRunTime | None = None,
-                 kv_events: KVEventSink | None = None) -> None:
+                 kv_events: KVEventSink | None = None, text_prefix: tuple[int, ...] = ()) -> None:
         self.index = index
         self.core = core
+        self.text_prefix = text_prefix
+        """Tokens the engine puts before a text prompt (llama-server's BOS), which the job's ids lack."""
         self.step_time = step_time
         self.listener = listener
         self.jobs: dict[str, SimJob] = {}
@@ -173,7 +175,8 @@ class CoreReplica:
         req_id = str(job.index)
         try:
             self.core.add_request(EngineRequest(
-                request_id=req_id, prompt_token_ids=job.prompt_token_ids, max_tokens=job.output_len,
+                request_id=req_id, prompt_token_ids=[*self.text_prefix, *job.prompt_token_ids] if self.text_prefix
+                else job.prompt_token_ids, max_tokens=job.output_len,
                 output_len=job.output_len, lora=job.lora, arrival_s=job.arrival_s,
                 kv_transfer_hold=job.kv_transfer_hold, remote_prefill=job.remote_prefill,
                 waiting_for_remote_kvs=job.remote_prefill))
