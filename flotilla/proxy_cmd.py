@@ -212,10 +212,14 @@ def run(args: argparse.Namespace) -> int:
         return _fail("give at least one --backend URL, --discover k8s:SERVICE, --config fleet.yaml "
                      "or --autoscale SPEC")
     if args.workers > 1:
-        if autoscale or config.admin_token:
-            return _fail("--workers above 1 runs without --autoscale and --admin-token for now: the "
-                         "autoscaler and the admin API keep their state in one process")
-        return run_workers(args.workers, config, args.instance_id, discover)
+        if config.admin_token:
+            return _fail("--workers above 1 runs without --admin-token for now: the admin API keeps "
+                         "its state in one process")
+        if any(each.role == "prefill" or each.actuator != "local" for each in autoscale):
+            return _fail("--workers above 1 autoscales with the local actuator only, one pool: its engines "
+                         "die with the worker that leads (containers and pods would outlive it), and a "
+                         "prefill pool's autoscaler (role: prefill) runs with one worker for now")
+        return run_workers(args.workers, config, args.instance_id, discover, autoscale)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(serve(config, autoscale, args.instance_id, discover))
@@ -227,14 +231,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_workers(workers: int, config: ProxyConfig, instance_id: str | None,
-                discover: list[DiscoverSpec] | None) -> int:
-    """`--workers N`: the parent binds and supervises; each forked worker serves (proxy/workers.py)."""
+                discover: list[DiscoverSpec] | None, autoscale: list[AutoscaleConfig] | None = None) -> int:
+    """`--workers N`: the parent binds and supervises; each forked worker serves (proxy/workers.py),
+    and the leader among them runs the autoscaler."""
     from proxy.workers import Supervisor, use_multiprocess_metrics
 
     def start_worker(ctx: WorkerContext) -> int:
         use_multiprocess_metrics(ctx.metrics_dir)
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(serve(config, None, instance_id, discover, worker=ctx))
+            runner.run(serve(config, autoscale, instance_id, discover, worker=ctx))
         return 0
 
     try:

@@ -19,6 +19,12 @@ What the workers must agree on is shared, without locks on the request path:
   each round as a snapshot file; the others read it. The leader is whoever holds an exclusive
   `flock` on a lock file; the kernel drops the lock when its holder dies, and the next worker
   to try takes over within one scrape interval.
+- **The autoscaler** (`--autoscale`): only the leader runs it, and the engines it starts are
+  its children (they die with it: proxy/autoscale/local.py). Its snapshot names the replicas
+  it serves from, so every worker routes to a new replica and stops routing to a drained one.
+  A worker holding a request at zero replicas asks the leader for one through a wake file. A
+  new leader drains the replicas of the one that died (they died with it) and scales afresh:
+  no engine is orphaned, none is started twice.
 - **KV-cache events**: every worker subscribes to every publisher itself (ZMQ PUB broadcasts).
 - **/metrics**: prometheus_client's multiprocess mode over a directory the parent owns and
   removes; every worker's counters and histograms add up, and the per-backend gauges are
@@ -57,20 +63,23 @@ from flotilla.cli_errors import positive_int
 if TYPE_CHECKING:
     from aiohttp import web
 
+    from proxy.config import BackendSpec
     from proxy.pool import BackendPool
     from proxy.scraper import Scraper
 
 log = logging.getLogger(__name__)
 
 DEFAULT_WORKERS = 1
-"""One process unless asked: the autoscaler and the admin API keep their state in one process,
-and a proxy beside engines on a small machine should not take every core by default."""
+"""One process unless asked: the admin API keeps its state in one process, and a proxy beside
+engines on a small machine should not take every core by default."""
 SLOTS = 1024
 """Backends the shared in-flight table can name over a proxy's life."""
 DIGEST_BYTES = 16
 WORKER_HEADER = "x-flotilla-worker"
 """The pid of the worker that answered, on every response of a multi-worker proxy."""
 RESTART_DELAY_S = 1.0
+AUTOSCALED = "autoscaler"
+"""The pool source of the replicas an autoscaler started (proxy/autoscale/loop.py)."""
 
 
 def worker_count(text: str) -> int:
@@ -224,6 +233,10 @@ class Coordinator:
                  on_lead: Callable[[], None] = lambda: None) -> None:
         self.lock_path = run_dir / "leader.lock"
         self.snapshot_path = run_dir / "scrape.pickle"
+        self.wake_path = run_dir / "wake"
+        self.on_wake: Callable[[], None] = lambda: None
+        """In the leader: a worker holds a request at zero replicas (see `wake`)."""
+        self.every_round: list[Callable[[], None]] = []
         self.pool = pool
         self.interval_s = interval_s
         self.on_lead = on_lead
@@ -246,15 +259,37 @@ class Coordinator:
 
     async def run(self, scraper: Scraper) -> None:
         while True:
+            for each in self.every_round:
+                each()
             if self.leading or self.try_lead():
+                self._take_wake()
                 await scraper.scrape_all()
                 self.publish()
             else:
                 self.follow()
             await asyncio.sleep(self.interval_s)
 
+    def wake(self) -> None:
+        """A request waits for a replica here: ask the leader's autoscaler for one."""
+        if self.leading:
+            self.on_wake()
+        else:
+            with contextlib.suppress(OSError):
+                self.wake_path.touch()
+
+    def _take_wake(self) -> None:
+        try:
+            self.wake_path.unlink()
+        except FileNotFoundError:
+            return
+        self.on_wake()
+
     def publish(self) -> None:
-        snapshot = {b.url: (b.sample, b.sample_time_s) for b in self.pool if b.sample is not None}
+        from proxy.pool import BackendState
+
+        scaled = [b.spec for b in self.pool if b.source == AUTOSCALED and b.state is not BackendState.DRAINING]
+        samples = {b.url: (b.sample, b.sample_time_s) for b in self.pool if b.sample is not None}
+        snapshot = {"samples": samples, "scaled": scaled}
         tmp = self.snapshot_path.with_name(f"scrape.{os.getpid()}.tmp")
         tmp.write_bytes(pickle.dumps(snapshot))
         os.replace(tmp, self.snapshot_path)  # readers see the old snapshot or the new, never half
@@ -274,12 +309,33 @@ class Coordinator:
         except FileNotFoundError:
             return
         self._seen_ns = mtime
-        for url, (sample, sent_at_s) in snapshot.items():
+        self._follow_scaled(snapshot["scaled"])
+        for url, (sample, sent_at_s) in snapshot["samples"].items():
             backend = self.pool.find(url)
             if backend is None or sent_at_s == backend.sample_time_s:
                 continue
             before = [e for e, t in self._epoch_starts.get(url, ()) if t <= sent_at_s]
             self.pool.record_scrape(backend, sample, before[-1] if before else 0, sent_at_s)
+
+    def _follow_scaled(self, specs: list[BackendSpec]) -> None:
+        """Route to the replicas the leader's autoscaler serves from, and to no other it started."""
+        from proxy.pool import BackendState
+
+        urls = set()
+        for spec in specs:
+            backend = self.pool.find(spec.url)
+            if backend is None or backend.state is BackendState.DRAINING:
+                self.pool.add(spec, source=AUTOSCALED)
+            urls.add(spec.url)
+        for b in list(self.pool):
+            if b.source == AUTOSCALED and b.url not in urls and b.state is not BackendState.DRAINING:
+                self.pool.drain(b.url)
+
+    def drop_scaled(self) -> None:
+        """Becoming leader: the replicas followed so far were the dead leader's children and
+        died with it; this worker's own autoscaler starts what the load needs."""
+        for b in [b for b in self.pool if b.source == AUTOSCALED]:
+            self.pool.drain(b.url)
 
 
 def attach(app: web.Application, ctx: WorkerContext) -> Coordinator:
@@ -298,12 +354,37 @@ def attach(app: web.Application, ctx: WorkerContext) -> Coordinator:
     coordinator = Coordinator(ctx.run_dir, proxy.pool, proxy.config.scrape_interval_s,
                               on_lead=lambda: leader.set(1))
     proxy.scrape_loop = coordinator.run
+    _lead_autoscaler(app, coordinator)
     pid = str(os.getpid())
 
     async def stamp(_request: web.Request, response: web.StreamResponse) -> None:
         response.headers[WORKER_HEADER] = pid
     app.on_response_prepare.append(stamp)
     return coordinator
+
+
+def _lead_autoscaler(app: web.Application, coordinator: Coordinator) -> None:
+    """The autoscaler runs in the leader only; the others' held requests wake it."""
+    from proxy.autoscale.setup import AUTOSCALER_KEY
+
+    runtime = app.get(AUTOSCALER_KEY)
+    if runtime is None:
+        return
+    runtime.leader_only = True
+    runtime.holder.on_wait = coordinator.wake
+    coordinator.on_wake = runtime.request_replica
+    # held requests as a value this worker writes (a gauge's set_function is per process)
+    coordinator.every_round.append(lambda: runtime.metrics.held.set(runtime.holder.held))
+    leader_set = coordinator.on_lead
+    starting: set[asyncio.Task] = set()
+
+    def on_lead() -> None:
+        leader_set()
+        coordinator.drop_scaled()
+        task = asyncio.get_running_loop().create_task(runtime.start(runtime.ttft))
+        starting.add(task)
+        task.add_done_callback(starting.discard)
+    coordinator.on_lead = on_lead
 
 
 def use_multiprocess_metrics(directory: Path) -> None:

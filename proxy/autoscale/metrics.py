@@ -28,20 +28,24 @@ class AutoscalerMetrics:
             self._share(first, policy, pool)
             return
         _FAMILIES[registry] = self
+        # With `--workers N` only the leader's autoscaler sets the fleet series (the others stay
+        # at 0, so the live workers' max is the leader's); every worker holds requests (summed).
         self._desired_family = Gauge("flotilla_autoscaler_desired_replicas",
-                                     METRICS["flotilla_autoscaler_desired_replicas"], ["pool"], registry=registry)
+                                     METRICS["flotilla_autoscaler_desired_replicas"], ["pool"], registry=registry,
+                                     multiprocess_mode="livemax")
         # labelled by pool, so the Prometheus adapter (HPA) or KEDA selects the pool it scales
         self.desired = self._desired_family.labels(pool)
         self.replicas = Gauge("flotilla_autoscaler_replicas", METRICS["flotilla_autoscaler_replicas"], ["state"],
-                              registry=registry)
+                              registry=registry, multiprocess_mode="livemax")
         self.decisions = Counter("flotilla_autoscaler_decisions", METRICS["flotilla_autoscaler_decisions"],
                                  ["policy", "reason"], registry=registry)
         self.cold_start = Gauge("flotilla_autoscaler_cold_start_seconds",
-                                METRICS["flotilla_autoscaler_cold_start_seconds"], registry=registry)
+                                METRICS["flotilla_autoscaler_cold_start_seconds"], registry=registry,
+                                multiprocess_mode="livemax")
         self.arrivals = Counter("flotilla_autoscaler_arrivals", "Requests that reached the proxy, counted "
                                 "before routing or holding", registry=registry)
         self.held = Gauge("flotilla_autoscaler_held_requests", "Requests held while no replica is ready",
-                          registry=registry)
+                          registry=registry, multiprocess_mode="livesum")
         self.hold_rejections = Counter("flotilla_autoscaler_hold_rejections",
                                        "Requests answered 503 because the hold bound was reached", registry=registry)
         for reason in REASON_LABELS:

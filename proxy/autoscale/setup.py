@@ -90,6 +90,11 @@ class AutoscaleRuntime:
     autoscaler: Autoscaler | None = None
     session: aiohttp.ClientSession | None = None
     task: asyncio.Task | None = None
+    ttft: Histogram | None = None
+    """What `start` reads TTFT from (set when attached)."""
+    leader_only: bool = False
+    """A worker of `flotilla proxy --workers N`: the loop starts only when this worker leads
+    (proxy/workers.py), not with the app."""
 
     def seconds_until_ready(self) -> float:
         """Real seconds until a replica should serve (Retry-After of held requests)."""
@@ -181,8 +186,11 @@ def attach_prefill_pool(app: web.Application, config: AutoscaleConfig,
 def _run_with(app: web.Application, runtime: AutoscaleRuntime, ttft: Histogram | None) -> None:
     """The runtime's loop lives as long as the app: started (reading `ttft`) on startup, stopped on cleanup."""
 
+    runtime.ttft = ttft
+
     async def on_startup(_app: web.Application) -> None:
-        await runtime.start(ttft)
+        if not runtime.leader_only:
+            await runtime.start(ttft)
 
     async def on_cleanup(_app: web.Application) -> None:
         await runtime.stop()

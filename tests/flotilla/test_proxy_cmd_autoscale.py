@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -73,3 +74,80 @@ def _alive(pids: list[int]) -> list[int]:
         except OSError:
             pass
     return alive
+
+
+def _engines(pid: int) -> list[int]:
+    """The engine processes under `pid` (not the workers, nor a watchdog)."""
+    engines = []
+    for child in _descendants(pid):
+        try:
+            argv = open(f"/proc/{child}/cmdline").read().split("\0")
+        except OSError:
+            continue
+        if argv[1:3] == ["-m", "fake_engines.vllm.cli"]:
+            engines.append(child)
+    return _alive(engines)
+
+
+def _completion(url: str) -> tuple[str, int]:
+    """One completion on a new connection: the worker that answered and the tokens it decoded."""
+    req = urllib.request.Request(url + "/v1/completions", headers={"Content-Type": "application/json"},
+                                 data=json.dumps({"model": "llama-3.1-8b", "prompt": "Hello", "max_tokens": 4}).encode())
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return resp.headers["x-flotilla-worker"], json.loads(resp.read())["usage"]["completion_tokens"]
+
+
+def _leader(url: str) -> int:
+    """The leader's pid on /metrics; 0 while none is named or the connection landed on a dead
+    worker's socket (reset: docs/proxy.md#workers)."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return 0
+    leaders = [line for line in text.splitlines() if line.startswith("flotilla_proxy_leader{") and line.endswith(" 1.0")]
+    return int(leaders[0].split('pid="')[1].split('"')[0]) if leaders else 0
+
+
+@pytest.mark.timeout(180)
+def test_two_workers_scale_from_zero_through_the_leader_and_a_new_leader_scales_without_orphans() -> None:
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    engine = f"{sys.executable} -m fake_engines.vllm.cli serve llama-3.1-8b --time-scale 0.05 --load-gbps 1000"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flotilla", "proxy", "--port", str(port), "--workers", "2", "--autoscale", "seed",
+         "--engine-cmd", engine, "--min-replicas", "0", "--max-replicas", "2", "--autoscale-interval-s", "1",
+         "--hold-max-wait-s", "60", "--scrape-interval-s", "0.1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    engines: list[int] = []
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "2 workers" in line, line
+        # no replica yet: whichever worker takes a request holds it while the leader starts one,
+        # and both workers then route to that replica
+        answered: set[str] = set()
+        deadline = time.monotonic() + 60
+        while len(answered) < 2:
+            worker, tokens = _completion(url)
+            assert tokens == 4
+            answered.add(worker)
+            assert time.monotonic() < deadline, f"only worker {answered} answered"
+        engines = _engines(proc.pid)
+        assert len(engines) == 1, engines
+        leader = wait_until_sync(lambda: _leader(url), what="a leader named on /metrics")
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as resp:
+            desired = [x for x in resp.read().decode().splitlines() if x.startswith("flotilla_autoscaler_desired")]
+        assert [x.split()[0] for x in desired] == ['flotilla_autoscaler_desired_replicas{pool="default"}'], desired
+        assert engines[0] in _descendants(leader), "the engine is not the leader's child"
+        # the leader dies: its engine goes with it, and the new leader scales from zero again
+        os.kill(leader, signal.SIGKILL)
+        wait_until_sync(lambda: _alive(engines) == [], what=f"the dead leader's engine {engines} gone")
+        wait_until_sync(lambda: _leader(url) not in (0, leader), what="another worker leading")
+        assert _completion(url)[1] == 4
+        engines = _engines(proc.pid)
+        assert len(engines) == 1 and engines[0] in _descendants(_leader(url)), engines
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    wait_until_sync(lambda: _alive(engines) == [], what=f"the engines {engines} gone after the proxy's exit")

@@ -188,3 +188,27 @@ def test_a_follower_takes_the_leaders_scrapes_and_clears_only_what_they_saw(tmp_
     follower.follow(now_s=12.0)
     assert backend.sample == LoadSample(1.0, 0.0) and backend.sample_time_s == 11.5
     assert backend.unseen_requests == 1  # the request picked after the scrape was sent
+
+
+def test_followers_route_to_the_leaders_replicas_and_wake_it_and_a_new_leader_drops_them(tmp_path: Path) -> None:
+    leader_pool, follower_pool = BackendPool(), BackendPool()
+    leader, follower = Coordinator(tmp_path, leader_pool, 0.1), Coordinator(tmp_path, follower_pool, 0.1)
+    assert leader.try_lead() and not follower.try_lead()
+    follower_pool.add(BackendSpec(url="http://static"))
+    leader_pool.add(BackendSpec(url="http://r1"), source="autoscaler")
+    leader_pool.add(BackendSpec(url="http://r2"), source="autoscaler")
+    leader.publish()
+    follower.follow()
+    assert [b.url for b in follower_pool] == ["http://static", "http://r1", "http://r2"]
+    leader_pool.drain("http://r1")  # the leader's autoscaler drains a replica
+    leader.publish()
+    follower.follow()
+    assert [b.url for b in follower_pool] == ["http://static", "http://r2"]
+    woken: list[bool] = []
+    leader.on_wake = lambda: woken.append(True)
+    follower.wake()  # a follower holds a request at zero replicas
+    leader._take_wake()
+    leader._take_wake()
+    assert woken == [True]  # once per wake
+    follower.drop_scaled()  # leading now: the dead leader's replicas died with it
+    assert [b.url for b in follower_pool] == ["http://static"]
