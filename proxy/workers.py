@@ -22,7 +22,9 @@ What the workers must agree on is shared, without locks on the request path:
 - **The autoscaler** (`--autoscale`): only the leader runs it, and the engines it starts are
   its children (they die with it: proxy/autoscale/local.py). Its snapshot names the replicas
   it serves from, so every worker routes to a new replica and stops routing to a drained one.
-  A worker holding a request at zero replicas asks the leader for one through a wake file. A
+  A worker holding a request at zero replicas asks the leader for one through a wake file;
+  each worker's arrivals and held requests sit in its row of the shared map for the leader's
+  policy to add up. A
   new leader drains the replicas of the one that died (they died with it) and scales afresh:
   no engine is orphaned, none is started twice.
 - **KV-cache events**: every worker subscribes to every publisher itself (ZMQ PUB broadcasts).
@@ -118,10 +120,13 @@ class SharedLoad:
         self.row = -1
         """This process's row; -1 in the parent, which only reads and zeroes."""
         names = SLOTS * DIGEST_BYTES
+        cells = workers * SLOTS * 2 * 8
         # Anonymous and shared: forked workers inherit the mapping, nothing is left behind by name.
-        self._map = mmap.mmap(-1, names + workers * SLOTS * 2 * 8, flags=mmap.MAP_SHARED)
+        self._map = mmap.mmap(-1, names + cells + workers * 2 * 8, flags=mmap.MAP_SHARED)
         self._names = memoryview(self._map)[:names]
-        self._cells = memoryview(self._map)[names:].cast("q")
+        self._cells = memoryview(self._map)[names:names + cells].cast("q")
+        self._stats = memoryview(self._map)[names + cells:].cast("q")
+        """Per worker: requests arrived over the proxy's life, requests held now (the autoscaler's)."""
         self._slots: dict[str, int] = {}
 
     def slot_of(self, url: str) -> int:
@@ -170,10 +175,27 @@ class SharedLoad:
         return requests, tokens
 
     def zero_row(self, row: int) -> None:
-        """A dead worker's requests are over (its connections died with it)."""
+        """A dead worker's requests are over (its connections died with it); its arrivals stay
+        counted, so the proxy's total never goes back."""
         start = row * SLOTS * 2
         for i in range(start, start + SLOTS * 2):
             self._cells[i] = 0
+        self._stats[row * 2 + 1] = 0
+
+    def arrived(self) -> int:
+        """The arrivals this worker's row counts (a restarted worker goes on from there)."""
+        return self._stats[self.row * 2]
+
+    def publish_counts(self, arrived: int, held: int) -> None:
+        """This worker's arrivals so far and requests held now (only this worker writes its row)."""
+        self._stats[self.row * 2] = arrived
+        self._stats[self.row * 2 + 1] = held
+
+    def total_arrived(self) -> int:
+        return sum(self._stats[row * 2] for row in range(self.workers))
+
+    def total_held(self) -> int:
+        return sum(self._stats[row * 2 + 1] for row in range(self.workers))
 
 
 @dataclass
@@ -354,7 +376,7 @@ def attach(app: web.Application, ctx: WorkerContext) -> Coordinator:
     coordinator = Coordinator(ctx.run_dir, proxy.pool, proxy.config.scrape_interval_s,
                               on_lead=lambda: leader.set(1))
     proxy.scrape_loop = coordinator.run
-    _lead_autoscaler(app, coordinator)
+    _lead_autoscaler(app, coordinator, ctx.load)
     pid = str(os.getpid())
 
     async def stamp(_request: web.Request, response: web.StreamResponse) -> None:
@@ -363,9 +385,11 @@ def attach(app: web.Application, ctx: WorkerContext) -> Coordinator:
     return coordinator
 
 
-def _lead_autoscaler(app: web.Application, coordinator: Coordinator) -> None:
-    """The autoscaler runs in the leader only; the others' held requests wake it."""
+def _lead_autoscaler(app: web.Application, coordinator: Coordinator, load: SharedLoad) -> None:
+    """The autoscaler runs in the leader only; the others' held requests wake it, and it counts
+    every worker's arrivals and held requests (each worker publishes its own every round)."""
     from proxy.autoscale.setup import AUTOSCALER_KEY
+    from proxy.autoscale.signals import ArrivalCounter
 
     runtime = app.get(AUTOSCALER_KEY)
     if runtime is None:
@@ -373,8 +397,14 @@ def _lead_autoscaler(app: web.Application, coordinator: Coordinator) -> None:
     runtime.leader_only = True
     runtime.holder.on_wait = coordinator.wake
     coordinator.on_wake = runtime.request_replica
-    # held requests as a value this worker writes (a gauge's set_function is per process)
-    coordinator.every_round.append(lambda: runtime.metrics.held.set(runtime.holder.held))
+    own, everyone, before = runtime.arrivals, ArrivalCounter(), load.arrived()
+    runtime.arrivals, runtime.total_held = everyone, load.total_held
+
+    def count() -> None:
+        load.publish_counts(before + own.count, runtime.holder.held)
+        everyone.count = load.total_arrived()
+        runtime.metrics.held.set(runtime.holder.held)  # a gauge's set_function is per process
+    coordinator.every_round.append(count)
     leader_set = coordinator.on_lead
     starting: set[asyncio.Task] = set()
 

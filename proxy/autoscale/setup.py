@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -95,6 +96,9 @@ class AutoscaleRuntime:
     leader_only: bool = False
     """A worker of `flotilla proxy --workers N`: the loop starts only when this worker leads
     (proxy/workers.py), not with the app."""
+    total_held: Callable[[], int] | None = None
+    """The held requests the policy counts: this process's holder's unless set (several
+    workers: all of theirs)."""
 
     def seconds_until_ready(self) -> float:
         """Real seconds until a replica should serve (Retry-After of held requests)."""
@@ -108,7 +112,7 @@ class AutoscaleRuntime:
 
     async def start(self, ttft_histogram: Histogram | None) -> None:
         self.session = aiohttp.ClientSession()
-        held = lambda: self.holder.held  # noqa: E731 - read at sample time
+        held = self.total_held or (lambda: self.holder.held)  # read at sample time
         source: SignalSource
         if self.config.prometheus_url:
             source = PrometheusSignals(self.config.prometheus_url, self.session,

@@ -212,3 +212,14 @@ def test_followers_route_to_the_leaders_replicas_and_wake_it_and_a_new_leader_dr
     assert woken == [True]  # once per wake
     follower.drop_scaled()  # leading now: the dead leader's replicas died with it
     assert [b.url for b in follower_pool] == ["http://static"]
+
+
+def test_the_leaders_policy_counts_every_workers_arrivals_and_held_requests(tmp_path: Path) -> None:
+    load = SharedLoad(2, tmp_path / "slots.lock")
+    for row, (arrived, held) in enumerate([(5, 1), (7, 2)]):
+        load.row = row
+        load.publish_counts(arrived, held)
+    assert load.total_arrived() == 12 and load.total_held() == 3
+    load.zero_row(1)  # worker 1 died: nothing is held there any more, its arrivals stay counted
+    assert load.total_arrived() == 12 and load.total_held() == 1
+    assert load.arrived() == 7  # its restart goes on from 7, so the total never goes back
