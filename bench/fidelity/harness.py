@@ -52,6 +52,17 @@ async def _scrape(base: str) -> str:
 
 
 @asynccontextmanager
+async def _serving(engine: Any, wait: bool) -> AsyncIterator[str]:
+    """A started look-alike's base URL (once ready, unless not `wait`); closed on the way out."""
+    try:
+        if wait:
+            await engine.wait_ready()
+        yield f"http://127.0.0.1:{engine.port}"
+    finally:
+        await engine.close()
+
+
+@asynccontextmanager
 async def _vllm(time_scale: float = 0.01, cold_start: bool = False, port: int = 0, wait: bool = True,
                 **flags: Any) -> AsyncIterator[str]:
     """A look-alike vLLM started as the capture runs' (`--max-model-len 2048 --max-num-seqs 2`,
@@ -61,13 +72,8 @@ async def _vllm(time_scale: float = 0.01, cold_start: bool = False, port: int = 
 
     config = VllmServeConfig(model="llama-3.1-8b", served_model_name="tiny-llama", port=port, time_scale=time_scale,
                              max_model_len=2048, max_num_seqs=2, **flags)
-    engine = await start_vllm(config, cold_start=cold_start)
-    try:
-        if wait:
-            await engine.wait_ready()
-        yield f"http://127.0.0.1:{engine.port}"
-    finally:
-        await engine.close()
+    async with _serving(await start_vllm(config, cold_start=cold_start), wait) as base:
+        yield base
 
 
 @asynccontextmanager
@@ -80,13 +86,8 @@ async def _llama(alias: str = "/srv/mdls/tiny.gguf", time_scale: float = 0.01, c
 
     config = LlamaServerConfig(model="llama-3.1-8b-F16.gguf", alias=alias, port=port, time_scale=time_scale,
                                n_parallel=2, n_ctx=2048, metrics=True)
-    engine = await start_llama(config, cold_start=cold_start)
-    try:
-        if wait:
-            await engine.wait_ready()
-        yield f"http://127.0.0.1:{engine.port}"
-    finally:
-        await engine.close()
+    async with _serving(await start_llama(config, cold_start=cold_start), wait) as base:
+        yield base
 
 
 async def recording_items(engine: str) -> list[Item]:
