@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -80,6 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="drop a client that takes no response bytes for this long (default %(default)s)")
     parser.add_argument("--max-attempts", type=int, default=3, help="tries per request, the first included")
     parser.add_argument("--log-level", type=log_level, default="warning", help=", ".join(LOG_LEVELS))
+    parser.add_argument("--no-fast-path", dest="fast_path", action="store_false",
+                        help="serve completions and chat through aiohttp's server too, not proxy/fastpath.py "
+                             "(docs/benchmarks.md has the difference)")
     from proxy.limits import add_limit_arguments  # stays free of aiohttp
 
     add_limit_arguments(parser)
@@ -117,7 +121,7 @@ def build_config(args: argparse.Namespace) -> ProxyConfig:
         retry=RetryConfig(max_attempts=args.max_attempts),
         limits=limits_from_args(args),
         health=HealthConfig(interval_s=args.health_interval_s),
-        prefill_backends=prefill, prefill_policy=args.prefill_policy,
+        prefill_backends=prefill, prefill_policy=args.prefill_policy, fast_path=args.fast_path,
     )
 
 
@@ -137,7 +141,7 @@ def listening_line(url: str, config: ProxyConfig, workers: int = 1) -> str:
 async def serve(config: ProxyConfig, autoscale: AutoscaleConfig | list[AutoscaleConfig] | None = None,
                 instance_id: str | None = None, discover: list[DiscoverSpec] | None = None,
                 worker: WorkerContext | None = None) -> None:
-    from proxy.app import start_proxy
+    from proxy.app import add_response_header, start_proxy
     from proxy.server import raise_open_file_limit
 
     def extend(app: web.Application) -> None:
@@ -151,9 +155,7 @@ async def serve(config: ProxyConfig, autoscale: AutoscaleConfig | list[Autoscale
             for each in autoscale if isinstance(autoscale, list) else [autoscale]:  # P/D: one per pool
                 attach(app, each)
         if instance_id:
-            async def stamp(_request: web.Request, response: web.StreamResponse) -> None:
-                response.headers[INSTANCE_HEADER] = instance_id
-            app.on_response_prepare.append(stamp)
+            add_response_header(app, INSTANCE_HEADER, instance_id)
         if worker is not None:
             from proxy.workers import attach as attach_worker
 
@@ -165,6 +167,9 @@ async def serve(config: ProxyConfig, autoscale: AutoscaleConfig | list[Autoscale
     else:
         running = await start_proxy(config, extend=extend, sock=worker.listening_socket())
         worker.ready()
+    # What startup made (modules, the app, the pool) lives as long as the process: out of the
+    # collector's sight, its full collections scan only what requests leave behind.
+    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -7,7 +7,7 @@ import asyncio
 import hmac
 import ipaddress
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -22,15 +22,15 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-def bearer(request: web.Request) -> str | None:
-    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+def bearer(headers: Mapping[str, str]) -> str | None:
+    scheme, _, value = headers.get("Authorization", "").partition(" ")
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
-def client_key(request: web.Request) -> str | None:
+def client_key(headers: Mapping[str, str]) -> str | None:
     """The client's API key: `Authorization: Bearer <key>`, else `x-api-key: <key>` as Anthropic's
     clients send it."""
-    return bearer(request) or request.headers.get("x-api-key", "").strip() or None
+    return bearer(headers) or headers.get("x-api-key", "").strip() or None
 
 
 def key_is_valid(given: str | None, keys: tuple[str, ...]) -> bool:
@@ -92,18 +92,24 @@ class AccessControl:
         return RateLimiter(lim.rate_limit_rps, lim.rate_limit_burst, lim.max_rate_limit_keys) \
             if lim.rate_limit_rps is not None else None
 
+    @property
+    def checks_clients(self) -> bool:
+        """Clients need a key or have a rate limit (else `check_client` has nothing to do)."""
+        return bool(self.limits.api_keys) or self.limiter is not None
+
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path.startswith("/v1/"):
-            self._check_client(request)
+        if request.path.startswith("/v1/") and self.checks_clients:
+            self.check_client(request.headers, request.remote)
         elif request.path == "/admin/backends" and request.method == "POST":
             check_token(request, self.admin_token)
             await self._check_new_backend(request)
         return await handler(request)
 
-    def _check_client(self, request: web.Request) -> None:
-        key = client_key(request)
-        address = client_id(request.remote)
+    def check_client(self, headers: Mapping[str, str], remote: str | None) -> None:
+        """The client's key and rate limit on a /v1/ route: ProxyError (401, 429) when refused."""
+        key = client_key(headers)
+        address = client_id(remote)
         if self.limits.api_keys:
             self._check_key(key, address)
         if self.limiter is None:

@@ -100,7 +100,7 @@ class Admission:
         """Hold one of the model's slots for the body of the `async with`."""
         gate = self.gate(model or "")
         if not gate.try_take():
-            await self._wait(gate)
+            await self.wait(gate)
         loop = asyncio.get_running_loop()
         start = loop.time()
         try:
@@ -108,7 +108,9 @@ class Admission:
         finally:
             gate.give_back(loop.time() - start)
 
-    async def _wait(self, gate: ModelGate) -> None:
+    async def wait(self, gate: ModelGate) -> None:
+        """Queue for one of `gate`'s slots (after `try_take` failed): it is the caller's once this
+        returns; ProxyError 429 when the queue is full or the wait too long."""
         fut = gate.enqueue()
         try:
             async with asyncio.timeout(self.queue_timeout_s):

@@ -10,8 +10,7 @@ import logging
 import random
 import socket
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,6 +29,7 @@ from proxy.debug import debug_route
 from proxy.dispatch import Dispatcher, Forward
 from proxy.engine_tokens import engine_anthropic_prompt_ids, engine_prompt_ids
 from proxy.errors import ProxyError, ThrottledWarning, error_response, speaks_anthropic
+from proxy.forward import new_request_id
 from proxy.health import HealthChecker
 from proxy.kv_events import KVEventsHub
 from proxy.metrics import RouterMetrics
@@ -74,6 +74,9 @@ class Proxy:
     """The event subscriptions; started when the policy reads the index or a backend publishes."""
     scrape_loop: Callable[[Scraper], Coroutine[Any, Any, None]] | None = None
     """Runs the scraper instead of `Scraper.run` (a worker of several: proxy/workers.py)."""
+    access: AccessControl | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
+    """Headers every answer carries (the worker's pid, the instance id): see `add_response_header`."""
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
@@ -204,9 +207,19 @@ async def _generate(request: web.Request, chat: bool, anthropic: bool = False,
                     generates: bool = True) -> web.StreamResponse:
     p = _proxy(request)
     raw, body = await generation_body(request)
+    fwd = generation_forward(p, raw, body, request.headers, upstream_target(request), chat, anthropic, generates)
+    async with p.admission.slot(fwd.info.model):  # type: ignore[union-attr]  # both are set before the routes serve
+        fwd = await with_prefill(p, fwd, request.headers, generates and not anthropic)
+        return await p.dispatcher.handle(request, fwd)  # type: ignore[union-attr]
+
+
+def generation_forward(p: Proxy, raw: bytes, body: dict, headers: Mapping[str, str], path_qs: str, chat: bool,
+                       anthropic: bool = False, generates: bool = True) -> Forward:
+    """What to forward for a generation request, from its parsed body (ProxyError for bad input);
+    the one reading of a request that both the aiohttp handlers and the fast path use."""
     adapters = frozenset().union(*(b.adapters for b in p.pool)) if len(p.pool) else frozenset()
     parse = parse_anthropic_request if anthropic else functools.partial(parse_request, chat=chat)
-    parsed = parse(body, headers=request.headers, session_header=p.config.session_header,
+    parsed = parse(body, headers=headers, session_header=p.config.session_header,
                    chars_per_token=p.config.chars_per_token, adapters=adapters)
     if isinstance(p.policy, KVIndexUser):  # the KV index is keyed by the engine's own token ids
         ids = engine_anthropic_prompt_ids(body) if anthropic else engine_prompt_ids(body, chat)
@@ -219,15 +232,17 @@ async def _generate(request: web.Request, chat: bool, anthropic: bool = False,
     strip_usage = not anthropic and p.config.stream_usage and parsed.stream and not _asks_usage(body)
     if strip_usage:
         raw = with_usage_asked(raw, body)
-    fwd = Forward(method="POST", path_qs=upstream_target(request), body=raw, info=parsed.info,
-                  debug=request.headers.get("x-flotilla-debug") == "1", accounts_usage=generates,
-                  strip_usage=strip_usage)
-    async with p.admission.slot(model):  # type: ignore[union-attr]  # both are set before the routes serve
-        if p.prefill is not None and generates and not anthropic:  # P/D: the prefill phase first
-            # one X-Request-Id across both phases, as vLLM's toy proxy sends its request id to both
-            request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-            fwd = replace(await p.prefill.before_decode(fwd, request.headers, request_id), request_id=request_id)
-        return await p.dispatcher.handle(request, fwd)  # type: ignore[union-attr]
+    return Forward(method="POST", path_qs=path_qs, body=raw, info=parsed.info,
+                   debug=headers.get("x-flotilla-debug") == "1", accounts_usage=generates, strip_usage=strip_usage)
+
+
+async def with_prefill(p: Proxy, fwd: Forward, headers: Mapping[str, str], prefills: bool) -> Forward:
+    """P/D: run the prefill phase first and forward what decode needs; colocated: `fwd` itself."""
+    if p.prefill is None or not prefills:
+        return fwd
+    # one X-Request-Id across both phases, as vLLM's toy proxy sends its request id to both
+    request_id = headers.get("x-request-id") or new_request_id()
+    return replace(await p.prefill.before_decode(fwd, headers, request_id), request_id=request_id)
 
 
 def with_usage_asked(raw: bytes, body: dict) -> bytes:
@@ -316,7 +331,7 @@ def build_app(config: ProxyConfig, policy: RoutingPolicy | None = None,
     proxy = Proxy(config=config, policy=policy or create_policy(config.policy, rng=rng), rng=rng, pool=pool,
                   admission=Admission(lim.max_in_flight_per_model, lim.max_queued_per_model, lim.queue_timeout_s))
     proxy.prefill = attach_prefill(config, proxy.metrics, rng)
-    access = AccessControl(lim, config.admin_token)
+    access = proxy.access = AccessControl(lim, config.admin_token)
     app = web.Application(middlewares=[errors_middleware, canonical_path_middleware, access.middleware],
                           client_max_size=config.max_body_bytes)
     app[PROXY_KEY] = proxy
@@ -331,6 +346,16 @@ def build_app(config: ProxyConfig, policy: RoutingPolicy | None = None,
     app.on_startup.append(lambda _app: proxy.start())
     app.on_cleanup.append(lambda _app: proxy.stop())
     return app
+
+
+def add_response_header(app: web.Application, name: str, value: str) -> None:
+    """Put `name: value` on every answer of the proxy `app`, on the fast path as on aiohttp's."""
+    app[PROXY_KEY].response_headers[name] = value
+
+    async def stamp(_request: web.Request, response: web.StreamResponse) -> None:
+        response.headers[name] = value
+    stamp.static_header = True  # type: ignore[attr-defined]  # proxy/fastpath.py sends it itself
+    app.on_response_prepare.append(stamp)
 
 
 @dataclass
@@ -371,7 +396,8 @@ async def start_proxy(config: ProxyConfig, policy: RoutingPolicy | None = None,
     # deadline (the shutdown grace) for in-flight requests (see proxy/server.py).
     # auto_decompress off: proxy/body.py decodes request bodies itself, within the body limit,
     # answering 415/400 instead of aiohttp's logged parser errors.
-    runner = ProxyRunner(app, config.limits, handler_cancellation=True, access_log=None, auto_decompress=False)
+    runner = ProxyRunner(app, config.limits, fast_path=config.fast_path, handler_cancellation=True, access_log=None,
+                         auto_decompress=False)
     await runner.setup()
     site: web.BaseSite = (web.SockSite(runner, sock, backlog=1024) if sock is not None else
                           web.TCPSite(runner, config.host, config.port, backlog=1024, reuse_address=True))

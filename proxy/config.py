@@ -319,6 +319,8 @@ class ProxyConfig:
     stream_usage: bool = True
     """Ask engines for usage on every stream (stream_options.include_usage) to count each backend's
     prefill tokens; the usage event is removed again for clients that did not ask for it."""
+    fast_path: bool = True
+    """Serve completions and chat on proxy/fastpath.py (False: every request through aiohttp's server)."""
     chars_per_token: float = 4.0
     """Prompt-length estimate used for token reservations when no tokenizer is at hand."""
     timeouts: TimeoutConfig = field(default_factory=TimeoutConfig)

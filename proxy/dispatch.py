@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,6 +35,7 @@ from proxy.forward import (
     end_broken_stream,
     is_event_stream,
     is_small_whole_body,
+    new_request_id,
     open_upstream,
     read_whole,
     relay,
@@ -110,12 +110,16 @@ class Dispatcher:
         self.metrics = metrics
         self.rng = rng
         self.clock = clock
+        try:
+            self.loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # made outside a loop (tests): looked up when needed
+            self.loop = None
 
     async def handle(self, request: web.Request, fwd: Forward) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
         start = loop.time()
         deadline = start + self.config.timeouts.total_s
-        request_id = fwd.request_id or request.headers.get("x-request-id") or uuid.uuid4().hex
+        request_id = fwd.request_id or request.headers.get("x-request-id") or new_request_id()
         # With client keys set, the client's Authorization is its key to the proxy: never forwarded.
         headers = upstream_headers(request.headers, request_id, drop_authorization=bool(self.config.limits.api_keys))
         tried: list[Backend] = []
@@ -240,7 +244,7 @@ class Dispatcher:
             # the engine learns the client went away and aborts the request.
             upstream.release() if result.completed else upstream.close()
             self.pool.release(reservation)
-            self._finish(fwd, upstream, backend, decision, result, start)
+            self._finish(fwd, upstream.status, is_event_stream(upstream), backend, decision, result, start)
             self._client_ended(request, result)
 
     def _client_ended(self, request: web.Request, result: RelayResult) -> None:
@@ -274,29 +278,29 @@ class Dispatcher:
         finally:
             upstream.release() if result.completed else upstream.close()
             self.pool.release(reservation)
-            self._finish(fwd, upstream, backend, decision, result, start)
+            self._finish(fwd, upstream.status, is_event_stream(upstream), backend, decision, result, start)
 
-    def _finish(self, fwd: Forward, upstream: aiohttp.ClientResponse, backend: Backend, decision: Decision,
+    def _finish(self, fwd: Forward, upstream_status: int, event_stream: bool, backend: Backend, decision: Decision,
                 result: RelayResult, start: float) -> None:
         """Account one relayed answer: metrics, the backend's circuit, usage."""
-        loop = asyncio.get_running_loop()
+        loop = self.loop or asyncio.get_running_loop()
         model = self.pool.model_label(fwd.info.model)
-        status = upstream.status if result.completed else unfinished_status(result)
+        status = upstream_status if result.completed else unfinished_status(result)
         ttft_s = result.first_byte_at_s - start if result.first_byte_at_s is not None else None
         self.metrics.request_done(model, backend.url, status, loop.time() - start, ttft_s)
         if result.error is not None:
             outcome = Outcome.FAILURE
         else:
-            outcome = outcome_of_status(upstream.status) if result.completed else Outcome.NEUTRAL
+            outcome = outcome_of_status(upstream_status) if result.completed else Outcome.NEUTRAL
         self._record(backend, outcome)
-        if result.completed and fwd.accounts_usage and upstream.status == 200:
-            self._account_usage(fwd, upstream, backend, decision, result)
+        if result.completed and fwd.accounts_usage and upstream_status == 200:
+            self._account_usage(fwd, event_stream, backend, decision, result)
 
-    def _account_usage(self, fwd: Forward, upstream: aiohttp.ClientResponse, backend: Backend,
-                       decision: Decision, result: RelayResult) -> None:
+    def _account_usage(self, fwd: Forward, event_stream: bool, backend: Backend, decision: Decision,
+                       result: RelayResult) -> None:
         if b'"usage"' not in result.tail:
             return
-        usage = usage_from_sse_tail(result.tail) if is_event_stream(upstream) else (
+        usage = usage_from_sse_tail(result.tail) if event_stream else (
             usage_from_json(result.body) if result.body is not None else None)
         if usage is None:
             return

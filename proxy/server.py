@@ -27,7 +27,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
@@ -39,6 +39,9 @@ from proxy.errors import ProxyError, ThrottledWarning, error_body, error_respons
 from proxy.http_errors import JsonErrorRequestHandler
 from proxy.limits import LimitsConfig
 from proxy.ratelimit import client_id
+
+if TYPE_CHECKING:
+    from proxy.fastpath import FastPath, FrontProtocol
 
 log = logging.getLogger(__name__)
 over_cap_warning = ThrottledWarning(log)
@@ -200,21 +203,37 @@ class GuardedRequestHandler(JsonErrorRequestHandler):
 
 
 class GuardedServer(Server):
-    """aiohttp's low-level server with `GuardedRequestHandler` connections."""
+    """aiohttp's low-level server whose connections start on the fast path (proxy/fastpath.py)
+    and are handed to a `GuardedRequestHandler` for whatever the fast path does not serve."""
 
     limits: LimitsConfig
     counter: ConnectionCounter
+    fast: FastPath | None = None
+    fronts: set[FrontProtocol]
     deadline: float | None = None
     """Loop time by which shutdown cuts what still runs (set when shutdown starts)."""
 
-    def __call__(self) -> GuardedRequestHandler:
+    def __call__(self) -> asyncio.Protocol:  # type: ignore[override]  # a FrontProtocol until handed over
+        if self.fast is None:
+            return self.guarded_handler()
+        return self.fast.protocol(self)
+
+    def guarded_handler(self) -> GuardedRequestHandler:
         return GuardedRequestHandler(self, loop=self._loop, **self._kwargs)
+
+    def pre_shutdown(self) -> None:
+        for front in list(self.fronts):
+            front.close_if_idle()
+        super().pre_shutdown()
 
     async def shutdown(self, timeout: float | None = None) -> None:
         if self.deadline is not None:
             timeout = self.deadline - self._loop.time()
-        await asyncio.gather(*(conn.shutdown(timeout) for conn in list(self._connections)))
+        await asyncio.gather(*(conn.shutdown(timeout) for conn in list(self._connections)),
+                             *(front.shutdown(timeout or 0.0) for front in list(self.fronts)))
         self._connections.clear()
+        if self.fast is not None:
+            self.fast.upstream.close()
 
 
 def missing_aiohttp_internals(runner: web.AppRunner, server: Server) -> list[str]:
@@ -233,10 +252,11 @@ class ProxyRunner(web.AppRunner):
     """An AppRunner whose server guards connections (see the module) and answers protocol errors
     as OpenAI-style JSON."""
 
-    def __init__(self, app: web.Application, limits: LimitsConfig, **kwargs: Any) -> None:
+    def __init__(self, app: web.Application, limits: LimitsConfig, fast_path: bool = False, **kwargs: Any) -> None:
         super().__init__(app, shutdown_timeout=limits.shutdown_grace_s,
                          keepalive_timeout=limits.keepalive_timeout_s, **kwargs)
         self.limits = limits
+        self.fast_path = fast_path
         # The cut needs the response a handler prepared, and a place around every handler.
         app.on_response_prepare.append(_remember_prepared)
         app.middlewares.insert(0, cut_middleware)
@@ -251,6 +271,11 @@ class ProxyRunner(web.AppRunner):
         assert isinstance(server, GuardedServer)
         server.limits = self.limits
         server.counter = ConnectionCounter(self.limits.max_connections_per_client)
+        server.fronts = set()
+        if self.fast_path:
+            from proxy.fastpath import FastPath  # proxy/dispatch.py, which it uses, imports this module
+
+            server.fast = FastPath(self.app)
         return server
 
     async def cleanup(self) -> None:

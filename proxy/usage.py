@@ -6,6 +6,8 @@ import json
 import re
 from dataclasses import dataclass
 
+import msgspec
+
 TAIL_BYTES = 8192
 """How much of a response's end is kept: the usage chunk is the last event before [DONE]."""
 
@@ -55,8 +57,12 @@ def _anthropic_usage(usage: dict) -> Usage | None:
 
 def usage_from_json(body: bytes) -> Usage | None:
     try:
-        return _usage_of(json.loads(body))
-    except (ValueError, UnicodeDecodeError):
+        return _usage_of(msgspec.json.decode(body))  # a third of json's time on a whole answer
+    except msgspec.MsgspecError:
+        pass
+    try:
+        return _usage_of(json.loads(body))  # what msgspec refuses (NaN, a BOM) json may still read
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
 
 

@@ -365,7 +365,7 @@ def attach(app: web.Application, ctx: WorkerContext) -> Coordinator:
     leader election, and the worker header."""
     from prometheus_client import Gauge
 
-    from proxy.app import PROXY_KEY
+    from proxy.app import PROXY_KEY, add_response_header
 
     proxy = app[PROXY_KEY]
     ctx.load.row = ctx.index
@@ -377,11 +377,7 @@ def attach(app: web.Application, ctx: WorkerContext) -> Coordinator:
                               on_lead=lambda: leader.set(1))
     proxy.scrape_loop = coordinator.run
     _lead_autoscaler(app, coordinator, ctx.load)
-    pid = str(os.getpid())
-
-    async def stamp(_request: web.Request, response: web.StreamResponse) -> None:
-        response.headers[WORKER_HEADER] = pid
-    app.on_response_prepare.append(stamp)
+    add_response_header(app, WORKER_HEADER, str(os.getpid()))
     return coordinator
 
 

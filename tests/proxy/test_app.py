@@ -198,8 +198,10 @@ async def test_sockets_on_both_sides_have_tcp_nodelay(fake_backend: BackendFacto
     async with aiohttp.ClientSession() as s:
         async with s.post(p.url + "/v1/completions", json={"model": "tiny-llama", "prompt": "x", "stream": True}) as r:
             await r.content.readany()
-            client_facing = [proto.transport for proto in p.runner.server.connections]
-            upstream = [t for t in (c.transport for c in p.proxy.session.connector._acquired) if t]
+            server = p.runner.server  # the fast path's connections, or aiohttp's
+            client_facing = [f.transport for f in server.fronts] + [c.transport for c in server.connections]
+            upstream = [f.attempt.conn.transport for f in server.fronts if f.attempt is not None]
+            upstream += [t for t in (c.transport for c in p.proxy.session.connector._acquired) if t]
             socks = [t.get_extra_info("socket") for t in client_facing + upstream]
             assert len(socks) == 2
             assert all(sk.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for sk in socks)

@@ -1,0 +1,982 @@
+"""The request path for completions and chat, on asyncio's protocols instead of aiohttp's objects.
+
+Every client connection starts here (`FrontProtocol`): httptools parses the requests, the same
+guards as proxy/server.py apply (connections per client, header, body and keep-alive timeouts, the
+body limit, head size limits), and `POST /v1/completions` and `POST /v1/chat/completions` are served
+by `FastPath`: the same reading of the body (`generation_forward`), access check, admission slot,
+P/D prefill phase, router, reservations, retries before the first byte, circuit breaker, metrics
+and usage accounting as proxy/dispatch.py, but the engine is spoken to through proxy/upstream.py
+and its answer is written to the client's transport as it arrives: no request, response or
+stream-reader objects, no task per chunk.
+
+Everything else (other routes, `x-flotilla-debug`, compressed bodies, HTTP/1.0, a proxy with
+middleware the fast path does not run, such as the autoscaler's hold) goes to the aiohttp
+application: the connection is handed over, its parsed requests written again as bytes, and stays
+with aiohttp from then on. `--no-fast-path` hands every connection over at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+
+import httptools
+from multidict import CIMultiDict
+
+from policies.routing.base import Decision
+from proxy.breaker import Outcome, outcome_of_status
+from proxy.dispatch import MAX_ERROR_BODY_BYTES, Dispatcher, Forward, RetryableAnswer
+from proxy.errors import ProxyError, ThrottledWarning, error_body, sse_error_event
+from proxy.forward import (
+    NOT_FORWARDED_DOWN,
+    NOT_FORWARDED_UP,
+    WHOLE_BODY_MAX_BYTES,
+    RelayResult,
+    UpstreamFailure,
+    new_request_id,
+)
+from proxy.pool import Backend, Reservation
+from proxy.ratelimit import client_id
+from proxy.request_parse import check_content_type, load_json_object
+from proxy.retry import is_retryable_status, parse_retry_after_s, wait_before_retry_s
+from proxy.upstream import ResponseHead, Target, UpstreamConnection, UpstreamPool, set_nodelay, target_of
+from proxy.usage import TAIL_BYTES, UsageEventFilter
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from proxy.app import Proxy
+    from proxy.server import GuardedServer
+
+log = logging.getLogger(__name__)
+unexpected_warning = ThrottledWarning(log)
+over_cap_warning = ThrottledWarning(log)
+
+FAST_ROUTES = {b"/v1/completions": False, b"/v1/chat/completions": True}
+NOTED = frozenset({b"content-length", b"expect", b"connection", b"content-encoding", b"x-flotilla-debug", b"upgrade"})
+"""The routes the fast path serves, each with whether it is chat."""
+MAX_URL_BYTES = 8190
+MAX_FIELD_BYTES = 8190
+MAX_HEAD_BYTES = 64 * 1024
+MAX_HEADERS = 128
+"""aiohttp's own bounds on a request head (line and field 8190 bytes), and a total."""
+CUT_MESSAGE = "The proxy shut down before this request finished; the answer is incomplete."
+CUT_WAIT_S = 1.0
+OWN = {"x-flotilla-backend": ""}
+"""The proxy's own answers name no backend, but still carry the header every response has."""
+
+
+class Refused(Exception):
+    """A request the front answers itself and then closes the connection (413, 414, 431)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(slots=True)
+class Incoming:
+    """One request as parsed from the client."""
+
+    url: bytes = b""
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    head_bytes: int = 0
+    body: list[bytes] = field(default_factory=list)
+    body_bytes: int = 0
+    method: bytes = b""
+    version: str = "1.1"
+    keep_alive: bool = True
+    noted: dict[bytes, bytes] = field(default_factory=dict)
+    """The last value of each header in NOTED, by lower-case name (read once, while parsing)."""
+    plain: bool = True
+    """No header that sends the request to aiohttp (a coding, x-flotilla-debug, Upgrade)."""
+
+    def header(self, name: bytes) -> bytes | None:
+        return self.noted.get(name)
+
+    def raw(self) -> bytes:
+        """The request as bytes again (framed by Content-Length), for the aiohttp side."""
+        lines = [self.method, b" ", self.url, b" HTTP/", self.version.encode(), b"\r\n"]
+        for name, value in self.headers:
+            if name.lower() not in (b"content-length", b"transfer-encoding", b"expect"):
+                lines += [name, b": ", value, b"\r\n"]
+        body = b"".join(self.body)
+        if body or self.method not in (b"GET", b"HEAD"):
+            lines.append(b"Content-Length: %d\r\n" % len(body))
+        lines += [b"\r\n", body]
+        return b"".join(lines)
+
+
+def response_head(status: int, reason: str, fields: list[tuple[bytes, bytes]] | list[tuple[str, str]],
+                  close: bool) -> bytes:
+    parts = [b"HTTP/1.1 %d %s\r\n" % (status, (reason or _phrase(status)).encode("latin-1", "replace"))]
+    for name, value in fields:
+        n = name.encode("latin-1") if isinstance(name, str) else name
+        v = value.encode("latin-1", "replace") if isinstance(value, str) else value
+        parts += [n, b": ", v, b"\r\n"]
+    if close:
+        parts.append(b"Connection: close\r\n")
+    parts.append(b"\r\n")
+    return b"".join(parts)
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Unknown"
+
+
+def error_bytes(exc: ProxyError, default_headers: dict[str, str], close: bool) -> bytes:
+    body = json.dumps(error_body(exc.status, exc.message, exc.param, exc.code)).encode()
+    headers = {**default_headers, **exc.headers, "Content-Type": "application/json",
+               "Content-Length": str(len(body))}
+    return response_head(exc.status, "", list(headers.items()), close) + body
+
+
+class FrontProtocol(asyncio.Protocol):
+    """One client connection: parse, guard, serve completions and chat, hand the rest over."""
+
+    def __init__(self, server: GuardedServer, fast: FastPath) -> None:
+        self.server = server
+        self.fast = fast
+        self.loop = server._loop
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpRequestParser(self)
+        self.client = ""
+        self.remote: str | None = None
+        self.admitted = False
+        self.gone = False
+        self.handed_over = False
+        self.queue: deque[Incoming] = deque()
+        self.cur: Incoming | None = None
+        self.task: asyncio.Task | None = None
+        self.attempt: Attempt | None = None
+        """The attempt whose body is being relayed to this client (write flow control)."""
+        self.refused: Refused | None = None
+        self.cut_by_shutdown = False
+        self.head_timer: asyncio.TimerHandle | None = None
+        self.body_timer: asyncio.TimerHandle | None = None
+        self.idle_timer: asyncio.TimerHandle | None = None
+        self.reading = True
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is one, not a subclass
+        set_nodelay(transport)
+        peer = transport.get_extra_info("peername")
+        self.remote = peer[0] if isinstance(peer, tuple) else None
+        self.client = client_id(self.remote)
+        if not self.server.counter.admit(self.client):
+            over_cap_warning.warning(f"client {self.client} is at its {self.server.counter.cap} connections; "
+                                     f"new ones are closed (--max-connections-per-client)")
+            transport.close()
+            return
+        self.admitted = True
+        self.server.fronts.add(self)
+        if not self.fast.enabled():
+            self.hand_over()
+            return
+        self.head_timer = self.loop.call_later(self.server.limits.header_timeout_s, self._head_timed_out)
+
+    def data_received(self, data: bytes) -> None:
+        if self.handed_over or self.gone:
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._refuse(Refused(400, "Connection upgrades are not supported."))
+            return
+        except httptools.HttpParserCallbackError:
+            self._refuse(self.refused or Refused(400, "Bad request."))
+            return
+        except httptools.HttpParserError as exc:
+            log.debug("HTTP parse error from %s: %s", self.remote, exc)
+            self._refuse(Refused(400, f"Bad request: {str(exc).splitlines()[0][:150]}"))
+            return
+        self._next()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.gone = True
+        self._disarm()
+        if self.admitted and not self.handed_over:
+            self.admitted = False
+            self.server.counter.release(self.client)
+            self.server.fronts.discard(self)
+        if self.attempt is not None:
+            self.attempt.client_left()
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    def pause_writing(self) -> None:
+        if self.attempt is not None:
+            self.attempt.client_paused()
+
+    def resume_writing(self) -> None:
+        if self.attempt is not None:
+            self.attempt.client_resumed()
+
+    # httptools callbacks
+
+    def on_message_begin(self) -> None:
+        self.cur = Incoming()
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+            self.idle_timer = None
+        if self.head_timer is None:
+            self.head_timer = self.loop.call_later(self.server.limits.header_timeout_s, self._head_timed_out)
+
+    def on_url(self, url: bytes) -> None:
+        cur = self.cur
+        assert cur is not None
+        cur.url += url
+        if len(cur.url) > MAX_URL_BYTES:
+            self._raise(Refused(414, f"The request line is longer than {MAX_URL_BYTES} bytes."))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        cur = self.cur
+        assert cur is not None
+        cur.headers.append((name, value))
+        cur.head_bytes += len(name) + len(value) + 4
+        lname = name.lower()
+        if lname in NOTED:
+            cur.noted[lname] = value
+            if lname in (b"x-flotilla-debug", b"upgrade") or (
+                    lname == b"content-encoding" and value.strip().lower() not in (b"", b"identity")):
+                cur.plain = False
+        if (len(name) > MAX_FIELD_BYTES or len(value) > MAX_FIELD_BYTES or cur.head_bytes > MAX_HEAD_BYTES
+                or len(cur.headers) > MAX_HEADERS):
+            self._raise(Refused(431, "The request headers are too large."))
+
+    def on_headers_complete(self) -> None:
+        cur = self.cur
+        assert cur is not None
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+            self.head_timer = None
+        cur.method = self.parser.get_method()
+        cur.version = self.parser.get_http_version()
+        cur.keep_alive = self.parser.should_keep_alive()
+        length = cur.header(b"content-length")
+        limit = self.fast.max_body_bytes
+        if length is not None and length.strip().isdigit() and int(length) > limit:
+            self._raise(Refused(413, f"The request body is larger than {limit} bytes."))
+        expect = cur.header(b"expect")
+        if expect is not None and expect.lower() == b"100-continue" and self.task is None and not self.queue:
+            self._write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self.body_timer = self.loop.call_later(self.server.limits.body_timeout_s, self._body_timed_out)
+
+    def on_body(self, body: bytes) -> None:
+        cur = self.cur
+        assert cur is not None
+        cur.body.append(body)
+        cur.body_bytes += len(body)
+        if cur.body_bytes > self.fast.max_body_bytes:
+            self._raise(Refused(413, f"The request body is larger than {self.fast.max_body_bytes} bytes."))
+
+    def on_message_complete(self) -> None:
+        if self.body_timer is not None:
+            self.body_timer.cancel()
+            self.body_timer = None
+        assert self.cur is not None
+        self.queue.append(self.cur)
+        self.cur = None
+        if self.task is not None and self.reading and self.transport is not None:
+            self.transport.pause_reading()  # pipelined: one answer at a time, the rest wait in the socket
+            self.reading = False
+
+    # serving
+
+    def _next(self) -> None:
+        if self.task is not None or self.handed_over or self.gone:
+            return
+        if self.queue:
+            req = self.queue[0]
+            if not self.fast.serves(req):
+                if self.cur is None:  # a request boundary: nothing of the next one is parsed yet
+                    self.hand_over()
+                else:
+                    self._resume()
+                return
+            self.queue.popleft()
+            self.task = self.loop.create_task(self.fast.serve(self, req))
+            self.task.add_done_callback(self._served)
+            return
+        self._resume()
+
+    def _served(self, task: asyncio.Task) -> None:
+        self.task = None
+        self.attempt = None
+        keep = not task.cancelled() and task.exception() is None and task.result()
+        if self.gone:
+            return
+        if not keep:
+            self.close()
+            return
+        if self.queue or self.cur is not None:
+            self._next()
+            return
+        self.idle_timer = self.loop.call_later(self.server.limits.keepalive_timeout_s, self.close)
+        self._resume()
+
+    def _resume(self) -> None:
+        if not self.reading and self.transport is not None and not self.gone:
+            self.transport.resume_reading()
+            self.reading = True
+
+    def hand_over(self) -> None:
+        """Give this connection, with the requests parsed and not answered, to aiohttp's server."""
+        assert self.transport is not None
+        data = b"".join(req.raw() for req in self.queue)
+        self.queue.clear()
+        self._disarm()
+        self.handed_over = True
+        self.server.fronts.discard(self)
+        if self.admitted:
+            self.admitted = False
+            self.server.counter.release(self.client)
+        handler = self.server.guarded_handler()
+        transport = self.transport
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        if data and not transport.is_closing():
+            handler.data_received(data)
+        if not self.reading:
+            transport.resume_reading()
+
+    # writing
+
+    def write(self, data: bytes) -> None:
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        if not self.gone and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def close(self) -> None:
+        self._disarm()
+        if self.transport is not None and not self.handed_over:
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None and not self.handed_over:
+            self.transport.abort()
+
+    def _raise(self, refused: Refused) -> None:
+        self.refused = refused
+        raise refused
+
+    def _refuse(self, refused: Refused) -> None:
+        """Answer a request the front will not take, then close (it may still be sending)."""
+        self.queue.clear()
+        if self.task is None:
+            self._write(error_bytes(ProxyError(refused.status, refused.message), OWN, close=True))
+            self.close()
+        else:  # an answer is on its way: let it finish, then close
+            self.refused = refused
+            self.task.add_done_callback(lambda _t: self.close())
+            if self.transport is not None and self.reading:
+                self.transport.pause_reading()
+                self.reading = False
+
+    # timers
+
+    def _disarm(self) -> None:
+        for timer in (self.head_timer, self.body_timer, self.idle_timer):
+            if timer is not None:
+                timer.cancel()
+        self.head_timer = self.body_timer = self.idle_timer = None
+
+    def _head_timed_out(self) -> None:
+        self.head_timer = None
+        if self.gone or self.handed_over:
+            return
+        if self.task is not None:  # a pipelined head waits behind an answer: judge it after
+            self.head_timer = self.loop.call_later(self.server.limits.header_timeout_s, self._head_timed_out)
+            return
+        if self.cur is not None:
+            self._write(error_bytes(ProxyError(408, "The request headers did not arrive within "
+                                                    f"{self.server.limits.header_timeout_s:g} s."), OWN, close=True))
+        self.close()
+
+    def _body_timed_out(self) -> None:
+        self.body_timer = None
+        if self.gone or self.handed_over or self.cur is None:
+            return
+        self._write(error_bytes(ProxyError(408, "The request body did not arrive within "
+                                                f"{self.server.limits.body_timeout_s:g} s."), OWN, close=True))
+        self.close()
+
+    # shutdown
+
+    def close_if_idle(self) -> None:
+        if self.task is None and not self.queue and self.cur is None:
+            self.close()
+
+    async def shutdown(self, timeout: float) -> None:
+        """Let the answer in flight finish for up to `timeout`, then cut it (proxy/server.py)."""
+        self._disarm()
+        task = self.task
+        if task is not None and not task.done():
+            done, _ = await asyncio.wait({task}, timeout=max(0.0, timeout))
+            if not done:
+                self.cut_by_shutdown = True
+                task.cancel()
+                await asyncio.wait({task}, timeout=CUT_WAIT_S)
+        self.close()
+
+
+class Attempt:
+    """One attempt's response as it arrives: kept until the dispatcher decides, then relayed
+    (written to the client as each chunk comes) or kept whole."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, conn: UpstreamConnection, keep_limit: int) -> None:
+        self.loop = loop
+        self.conn = conn
+        self.head: ResponseHead | None = None
+        self.head_fut: asyncio.Future[ResponseHead] = loop.create_future()
+        self.done: asyncio.Future[None] = loop.create_future()
+        self.chunks: list[bytes] = []
+        self.kept = 0
+        self.keep_limit = keep_limit
+        self.relay: Relay | None = None
+        self.ended = False
+        self.error: str | None = None
+        self.last_at = loop.time()
+        self.client_gone = False
+        self.client_stalled = False
+        self.paused = False
+        self.timer: asyncio.TimerHandle | None = None
+        self.stall_timer: asyncio.TimerHandle | None = None
+
+    # ResponseSink
+
+    def on_head(self, head: ResponseHead) -> None:
+        self.head = head
+        if not self.head_fut.done():
+            self.head_fut.set_result(head)
+
+    def on_body(self, chunk: bytes) -> None:
+        self.last_at = self.loop.time()
+        if self.relay is not None:
+            self.relay.write(chunk)
+            return
+        self.chunks.append(chunk)
+        self.kept += len(chunk)
+        if self.kept > self.keep_limit:  # more than the caller keeps: the rest is not wanted
+            self._finish(error="too large")
+            self.conn.abort()
+
+    def on_end(self) -> None:
+        if not self.head_fut.done():
+            self.head_fut.set_exception(UpstreamFailure("protocol", retryable=False))
+        self.ended = True
+        self._finish()
+
+    def on_lost(self, reason: str) -> None:
+        if not self.head_fut.done():
+            self.head_fut.set_exception(UpstreamFailure(reason, retryable=reason == "disconnect"))
+        self._finish(error=f"the backend connection broke mid-response: {reason}")
+
+    # the dispatcher's side
+
+    def head_timed_out(self, reason: str) -> None:
+        if not self.head_fut.done():
+            self.head_fut.set_exception(UpstreamFailure(reason, retryable=False, status=504))
+
+    def body(self) -> bytes:
+        return b"".join(self.chunks)
+
+    def watch(self, idle_s: float, deadline: float) -> None:
+        """The backend's silence: `idle_s` between chunks at most, `deadline` in all."""
+        self.idle_s, self.deadline = idle_s, deadline
+        if self.done.done():  # it ended with its head: nothing to watch (a timer would keep it alive)
+            return
+        self.timer = self.loop.call_at(min(deadline, self.last_at + idle_s), self._check)
+
+    def _check(self) -> None:
+        self.timer = None
+        if self.done.done():
+            return
+        now = self.loop.time()
+        due = min(self.deadline, self.last_at + self.idle_s)
+        if self.paused or now < due:  # a paused client is the stall timer's business
+            self.timer = self.loop.call_at(max(due, now + 0.001) if not self.paused else now + self.idle_s,
+                                           self._check)
+            return
+        self.conn.abort()
+        self._finish(error="the backend stopped sending (idle or total timeout)")
+
+    def start_relay(self, relay: Relay) -> None:
+        self.relay = relay
+        for chunk in self.chunks:
+            relay.write(chunk)
+        self.chunks = []
+
+    def client_paused(self) -> None:
+        self.paused = True
+        self.conn.pause_reading()
+        if self.stall_timer is None:
+            self.stall_timer = self.loop.call_later(self.relay.client_write_s if self.relay else 30.0,
+                                                    self._stalled)
+
+    def client_resumed(self) -> None:
+        self.paused = False
+        if self.stall_timer is not None:
+            self.stall_timer.cancel()
+            self.stall_timer = None
+        self.conn.resume_reading()
+
+    def _stalled(self) -> None:
+        self.stall_timer = None
+        if self.done.done():
+            return
+        self.client_stalled = self.client_gone = True
+        self.conn.abort()
+        self._finish()
+
+    def client_left(self) -> None:
+        if self.done.done():
+            return
+        self.client_gone = True
+        self.conn.abort()
+        self._finish()
+
+    def _finish(self, error: str | None = None) -> None:
+        if self.done.done():
+            return
+        if error is not None and not self.ended:
+            self.error = error
+        for timer in (self.timer, self.stall_timer):
+            if timer is not None:
+                timer.cancel()
+        self.done.set_result(None)
+
+
+class Relay:
+    """Writes a response body to the client as it comes: framed, less the usage event the proxy
+    asked for, its tail (and a small JSON body) kept for accounting."""
+
+    def __init__(self, front: FrontProtocol, chunked: bool, strip_usage: bool, keep_json: bool,
+                 client_write_s: float) -> None:
+        self.front = front
+        self.loop = front.loop
+        self.chunked = chunked
+        self.filter = UsageEventFilter() if strip_usage else None
+        self.body: bytearray | None = bytearray() if keep_json else None
+        self.tail = b""
+        self.first_byte_at: float | None = None
+        self.client_write_s = client_write_s
+
+    def write(self, chunk: bytes) -> None:
+        if not chunk:
+            return
+        self.tail = (self.tail + chunk)[-TAIL_BYTES:] if len(chunk) < TAIL_BYTES else chunk[-TAIL_BYTES:]
+        if self.body is not None and len(self.body) < 1 << 20:
+            self.body += chunk
+        out = chunk if self.filter is None else self.filter.feed(chunk)
+        if out:
+            self._send(out)
+            if self.first_byte_at is None:
+                self.first_byte_at = self.loop.time()
+
+    def end(self) -> None:
+        if self.filter is not None:
+            rest = self.filter.flush()
+            if rest:
+                self._send(rest)
+        if self.chunked:
+            self.front.write(b"0\r\n\r\n")
+
+    def _send(self, data: bytes) -> None:
+        self.front.write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
+
+
+class FastPath:
+    """The proxy's request path for completions and chat (see the module)."""
+
+    def __init__(self, app: web.Application) -> None:
+        from proxy.app import PROXY_KEY
+
+        self.app = app
+        self.proxy: Proxy = app[PROXY_KEY]
+        config = self.proxy.config
+        self.max_body_bytes = config.max_body_bytes
+        self.upstream = UpstreamPool()
+        self.targets: dict[str, Target] = {}
+        self._enabled: bool | None = None if config.fast_path else False
+        self._dispatcher: Dispatcher | None = None
+        self._static: list[tuple[str, str]] = []
+        # Expect too: the whole body is here already, the engine need not invite it
+        self._drop_up = _as_bytes(NOT_FORWARDED_UP | {"expect", "x-request-id"} | (
+            {"authorization", "x-api-key"} if config.limits.api_keys else set()))
+        self.clock: Callable[[], float] = time.monotonic
+
+    def protocol(self, server: GuardedServer) -> FrontProtocol:
+        return FrontProtocol(server, self)
+
+    def enabled(self) -> bool:
+        """Fast only when the app runs nothing on these routes the fast path would skip."""
+        if self._enabled is None:
+            if not self.app.frozen or self.proxy.dispatcher is None:
+                return False  # not started yet: aiohttp answers (with its 503s) until it is
+            self._enabled = self._app_is_plain()
+            self._dispatcher = self.proxy.dispatcher
+            self._static = list(self.proxy.response_headers.items())
+        return self._enabled
+
+    def _app_is_plain(self) -> bool:
+        from proxy.app import errors_middleware
+        from proxy.paths import canonical_path_middleware
+        from proxy.server import _remember_prepared, cut_middleware
+
+        access = self.proxy.access
+        known = {errors_middleware, canonical_path_middleware, cut_middleware}
+        if access is not None:
+            known.add(access.middleware)
+        plain_middleware = all(m in known for m in self.app.middlewares)
+        plain_hooks = all(h is _remember_prepared or getattr(h, "static_header", False)
+                          for h in self.app.on_response_prepare)
+        return plain_middleware and plain_hooks
+
+    def serves(self, req: Incoming) -> bool:
+        return req.plain and req.method == b"POST" and req.url in FAST_ROUTES and req.version == "1.1"
+
+    # one request
+
+    async def serve(self, front: FrontProtocol, req: Incoming) -> bool:
+        """Answer `req` on `front`; says whether the connection stays open."""
+        p = self.proxy
+        start = front.loop.time()
+        headers: CIMultiDict[str] = CIMultiDict(
+            (n.decode("latin-1"), v.decode("latin-1")) for n, v in req.headers)
+        exchange = Exchange(self, front, req, headers, start)
+        try:
+            if p.access is not None and p.access.checks_clients:
+                p.access.check_client(headers, front.remote)
+            check_content_type(headers.get("Content-Type", ""))
+            raw = b"".join(req.body)
+            from proxy.app import generation_forward, with_prefill
+
+            fwd = generation_forward(p, raw, load_json_object(raw), headers, req.url.decode("latin-1"),
+                                     chat=FAST_ROUTES[req.url])
+            admission = p.admission
+            assert admission is not None
+            gate = admission.gate(fwd.info.model or "")
+            if not gate.try_take():
+                await admission.wait(gate)
+            taken = front.loop.time()
+            try:
+                if p.prefill is not None:
+                    fwd = await with_prefill(p, fwd, headers, True)
+                await exchange.dispatch(fwd)
+            finally:
+                gate.give_back(front.loop.time() - taken)
+        except ProxyError as exc:
+            exchange.answer_error(exc, OWN)
+        except asyncio.CancelledError:  # the client left, or shutdown cut the request
+            if front.cut_by_shutdown:  # last words, when nothing went out yet
+                exchange.keep_alive = False
+                exchange.answer_error(ProxyError(503, CUT_MESSAGE, headers={"Retry-After": "1"}),
+                                      OWN)
+            return False
+        except Exception as exc:
+            unexpected_warning.warning(f"unexpected {type(exc).__name__} on POST {req.url!r}: {str(exc)[:200]!r}")
+            log.debug("unexpected error on POST %r", req.url, exc_info=True)
+            if exchange.sent:
+                return False
+            exchange.answer_error(ProxyError(500, "Internal error in the proxy."), OWN)
+        return exchange.keep_alive
+
+    def target(self, backend: Backend) -> Target:
+        t = self.targets.get(backend.url)
+        if t is None:
+            t = self.targets[backend.url] = target_of(backend.url)
+        return t
+
+    def upstream_fields(self, req: Incoming, request_id: str) -> bytes:
+        """The client's end-to-end header lines for the engine (proxy/forward.py's rule)."""
+        connection = req.header(b"connection")
+        drop = self._drop_up | {t.strip().lower() for t in connection.split(b",")} if connection else self._drop_up
+        lines = []
+        for name, value in req.headers:
+            if name.lower() in drop:
+                continue
+            lines += [name, b": ", value, b"\r\n"]
+        lines += [b"X-Request-Id: ", request_id.encode("latin-1", "replace"), b"\r\n"]
+        return b"".join(lines)
+
+
+class Exchange:
+    """One client request on the fast path: the retry loop of proxy/dispatch.py, over
+    proxy/upstream.py."""
+
+    def __init__(self, fast: FastPath, front: FrontProtocol, req: Incoming, headers: CIMultiDict[str],
+                 start: float) -> None:
+        self.fast = fast
+        self.front = front
+        self.req = req
+        self.headers = headers
+        self.start = start
+        self.sent = False
+        self.keep_alive = req.keep_alive
+
+    @property
+    def d(self) -> Dispatcher:
+        d = self.fast._dispatcher
+        assert d is not None
+        return d
+
+    def answer(self, status: int, reason: str, fields: list[Any], body: bytes) -> None:
+        fields = [*fields, *self.fast._static, ("Content-Length", str(len(body)))]
+        self.front.write(response_head(status, reason, fields, not self.keep_alive) + body)
+        self.sent = True
+
+    def answer_error(self, exc: ProxyError, default_headers: dict[str, str]) -> None:
+        if self.sent:
+            return
+        body = json.dumps(error_body(exc.status, exc.message, exc.param, exc.code)).encode()
+        headers = {**default_headers, **exc.headers, "Content-Type": "application/json"}
+        self.answer(exc.status, "", list(headers.items()), body)
+
+    async def dispatch(self, fwd: Forward) -> None:
+        d = self.d
+        config = d.config
+        deadline = self.start + config.timeouts.total_s
+        request_id = fwd.request_id or self.headers.get("x-request-id") or new_request_id()
+        fields = self.fast.upstream_fields(self.req, request_id)
+        tried: list[Backend] = []
+        failure: UpstreamFailure | None = None
+        answer: RetryableAnswer | None = None
+        retry_after_s: float | None = None
+        for attempt_no in range(config.retry.max_attempts):
+            picked = d.router.pick(fwd.info, d.clock(), exclude=[*tried, *d._not_serving(fwd)])
+            if picked is None:
+                break
+            if attempt_no:
+                d.metrics.retries.labels(failure.reason if failure else f"status_{answer.status}").inc()  # type: ignore[union-attr]
+                await asyncio.sleep(wait_before_retry_s(config.retry, attempt_no, d.rng, retry_after_s))
+            backend, decision = picked
+            tried.append(backend)
+            reservation = d.pool.reserve(backend, fwd.info.prompt_tokens + (fwd.info.max_tokens or 0))
+            try:
+                attempt = await self._send(backend, fwd, fields, deadline)
+            except UpstreamFailure as exc:
+                d.pool.release(reservation)
+                d._record(backend, Outcome.FAILURE)
+                failure, answer, retry_after_s = exc, None, None
+                if not exc.retryable:
+                    break
+                continue
+            except BaseException:
+                d.pool.release(reservation)
+                d._record(backend, Outcome.NEUTRAL)
+                raise
+            head = attempt.head
+            assert head is not None
+            if is_retryable_status(head.status):
+                answer = await self._keep_answer(attempt, head, backend, reservation)
+                failure, retry_after_s = None, parse_retry_after_s(_get(head, b"retry-after"), time.time())
+                continue
+            await self._relay(fwd, attempt, head, backend, decision, reservation, request_id, deadline)
+            return
+        self._give_up(fwd, tried, failure, answer, request_id)
+
+    async def _send(self, backend: Backend, fwd: Forward, fields: bytes, deadline: float) -> Attempt:
+        fast = self.fast
+        loop = self.front.loop
+        timeouts = self.d.config.timeouts
+        target = fast.target(backend)
+        conn = fast.upstream.take_idle(target)
+        if conn is None:
+            try:
+                async with asyncio.timeout(timeouts.connect_s):
+                    conn = await fast.upstream.connect(target)
+            except TimeoutError as exc:
+                raise UpstreamFailure("connect", retryable=True, status=504) from exc
+            except OSError as exc:
+                raise UpstreamFailure("connect", retryable=True) from exc
+        auth = backend.spec.authorization
+        auth_line = b"Authorization: " + auth.encode("latin-1") + b"\r\n" if auth is not None else b""
+        if auth_line:  # the backend's own credentials replace whatever the client sent
+            fields = b"\r\n".join(line for line in fields.split(b"\r\n")
+                                  if not line.lower().startswith(b"authorization:"))
+            fields = fields + (b"\r\n" if fields and not fields.endswith(b"\r\n") else b"")
+        body = fwd.body
+        attempt = Attempt(loop, conn, WHOLE_BODY_MAX_BYTES)
+        conn.send(b"".join((fwd.method.encode(), b" ", target.base_path.encode(), fwd.path_qs.encode(),
+                            b" HTTP/1.1\r\nHost: ", target.host_header, b"\r\n", fields, auth_line,
+                            b"Content-Length: %d\r\n\r\n" % len(body), body)), attempt)
+        first_byte_deadline = min(deadline, loop.time() + timeouts.first_byte_s)
+        attempt.timer = loop.call_at(first_byte_deadline, attempt.head_timed_out,
+                                     "total_timeout" if first_byte_deadline == deadline else "first_byte_timeout")
+        try:
+            await attempt.head_fut
+        except BaseException:
+            conn.abort()
+            raise
+        finally:
+            attempt.timer.cancel()
+        return attempt
+
+    async def _keep_answer(self, attempt: Attempt, head: ResponseHead, backend: Backend,
+                           reservation: Reservation) -> RetryableAnswer:
+        d = self.d
+        attempt.keep_limit = MAX_ERROR_BODY_BYTES
+        try:
+            attempt.watch(d.config.timeouts.idle_s, self.start + d.config.timeouts.total_s)
+            await attempt.done
+        finally:
+            if not attempt.ended:
+                attempt.conn.abort()
+            d.pool.release(reservation)
+        body = attempt.body()[:MAX_ERROR_BODY_BYTES]
+        if head.status == 503 and b"Loading model" in body:
+            from policies.routing.base import BackendState
+
+            if backend.state is BackendState.READY:
+                backend.state = BackendState.STARTING
+            d._record(backend, Outcome.NEUTRAL)
+        else:
+            d._record(backend, outcome_of_status(head.status))
+        fields = {n.decode("latin-1"): v.decode("latin-1") for n, v in _down_fields(head)}
+        return RetryableAnswer(head.status, fields, body, backend)
+
+    def _give_up(self, fwd: Forward, tried: list[Backend], failure: UpstreamFailure | None,
+                 answer: RetryableAnswer | None, request_id: str) -> None:
+        d = self.d
+        model = d.pool.model_label(fwd.info.model)
+        elapsed = self.front.loop.time() - self.start
+        if answer is not None:
+            d.metrics.request_done(model, answer.backend.url, answer.status, elapsed)
+            fields = [*answer.headers.items(), ("x-flotilla-backend", answer.backend.url), ("X-Request-Id", request_id)]
+            self.answer(answer.status, "", fields, answer.body)
+            return
+        if failure is not None:
+            err = ProxyError(failure.status, f"The backend failed before answering ({failure.reason}).")
+            backend = tried[-1].url
+        else:
+            err = ProxyError(503, "No backend is available to serve this request.", headers={"Retry-After": "1"})
+            backend = ""
+        d.metrics.request_done(model, backend, err.status, elapsed)
+        self.answer_error(err, {"X-Request-Id": request_id, "x-flotilla-backend": backend})
+
+    async def _relay(self, fwd: Forward, attempt: Attempt, head: ResponseHead, backend: Backend,
+                     decision: Decision, reservation: Reservation, request_id: str, deadline: float) -> None:
+        d = self.d
+        front = self.front
+        timeouts = d.config.timeouts
+        fields: list[Any] = [*_down_fields(head), ("x-flotilla-backend", backend.url), ("X-Request-Id", request_id)]
+        if fwd.debug:
+            fields.append(("x-flotilla-rule", decision.rule))
+        result = RelayResult(completed=False)
+        whole = head.content_length is not None and head.content_length <= WHOLE_BODY_MAX_BYTES \
+            and not head.event_stream
+        chunked = head.content_length is None or fwd.strip_usage
+        try:
+            attempt.watch(timeouts.idle_s, deadline)
+            if whole:  # it reaches the client only complete anyway: one write at its end
+                await attempt.done
+                result = self._result(attempt, None)
+                if result.error is not None:
+                    raise ProxyError(502, f"The backend failed mid-response: {result.error}.",
+                                     headers={"x-flotilla-backend": backend.url})
+                if not result.client_gone:
+                    self.answer(head.status, head.reason, fields, result.body or b"")
+                    result.first_byte_at_s = front.loop.time()
+                return
+            if not chunked:
+                fields.append(("Content-Length", str(head.content_length)))
+            else:
+                fields.append(("Transfer-Encoding", "chunked"))
+            front.write(response_head(head.status, head.reason, [*fields, *self.fast._static], not self.keep_alive))
+            self.sent = True
+            relay = Relay(front, chunked, fwd.strip_usage and head.event_stream,
+                          fwd.accounts_usage and not head.event_stream, timeouts.client_write_s)
+            front.attempt = attempt
+            attempt.start_relay(relay)
+            await attempt.done
+            result = self._result(attempt, relay)
+            if result.error is not None:
+                self._end_broken(head, relay, result)
+            elif result.completed:
+                relay.end()
+            elif result.client_stalled:
+                front.abort()
+        except asyncio.CancelledError:
+            if front.cut_by_shutdown:
+                result.cut_by_shutdown = True
+                if self.sent and head.event_stream:  # a blank line first closes a half-written event
+                    event = b"\n\n" + sse_error_event(CUT_MESSAGE, 503)
+                    front.write(_chunk(event) + b"0\r\n\r\n" if chunked else event)
+            else:
+                result.client_gone = True
+            raise
+        finally:
+            front.attempt = None
+            if not attempt.ended:
+                attempt.conn.abort()
+            d.pool.release(reservation)
+            d._finish(fwd, head.status, head.event_stream, backend, decision, result, self.start)
+            if result.client_gone:
+                d.metrics.client_disconnects.inc()
+                self.keep_alive = False
+
+    @staticmethod
+    def _result(attempt: Attempt, relay: Relay | None) -> RelayResult:
+        if relay is None:
+            body = attempt.body()
+            return RelayResult(completed=attempt.ended and attempt.error is None, client_gone=attempt.client_gone,
+                               error=attempt.error, tail=body[-TAIL_BYTES:], body=body)
+        return RelayResult(completed=attempt.ended and attempt.error is None and not attempt.client_gone,
+                           client_gone=attempt.client_gone, client_stalled=attempt.client_stalled,
+                           error=attempt.error, first_byte_at_s=relay.first_byte_at, tail=relay.tail,
+                           body=bytes(relay.body) if relay.body is not None else None)
+
+    def _end_broken(self, head: ResponseHead, relay: Relay, result: RelayResult) -> None:
+        """An event stream gets an error event and [DONE] (and its end, so the connection stays
+        usable); other bodies are cut off."""
+        if head.event_stream:
+            sep = b"" if not result.tail or result.tail.endswith((b"\n\n", b"\r\n\r\n")) else b"\n\n"
+            event = sep + sse_error_event(result.error or "upstream failure")
+            if relay.chunked:
+                self.front.write(_chunk(event) + b"0\r\n\r\n")
+                return
+            self.front.write(event)
+        self.keep_alive = False
+        self.front.close()
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+def _get(head: ResponseHead, name: bytes) -> str | None:
+    for n, v in head.headers:
+        if n.lower() == name:
+            return v.decode("latin-1")
+    return None
+
+
+def _as_bytes(names: frozenset[str] | set[str]) -> frozenset[bytes]:
+    return frozenset(n.encode("latin-1") for n in names)
+
+
+DROP_DOWN = _as_bytes(NOT_FORWARDED_DOWN)
+
+
+def _down_fields(head: ResponseHead) -> list[tuple[bytes, bytes]]:
+    """The engine's end-to-end headers for the client (proxy/forward.py's rule)."""
+    connection = _get(head, b"connection")
+    drop = DROP_DOWN | {t.strip().lower().encode("latin-1") for t in connection.split(",")} if connection \
+        else DROP_DOWN
+    return [(name, value) for name, value in head.headers if name.lower() not in drop]

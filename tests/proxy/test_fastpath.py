@@ -1,0 +1,187 @@
+"""The fast request path (proxy/fastpath.py) over real sockets: what it serves itself, what it
+hands to aiohttp on the same connection, and HTTP/1.1 the way clients really send it (pipelined,
+chunked bodies, Expect: 100-continue)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import aiohttp
+from aiohttp import web
+
+from proxy.app import RunningProxy, start_proxy
+from tests.proxy.conftest import BackendFactory, ProxyFactory, fast_config
+
+BODY = json.dumps({"model": "tiny-llama", "prompt": "hello"}).encode()
+
+
+def post(path: str, body: bytes = BODY, extra: bytes = b"") -> bytes:
+    return (b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s"
+            % (path.encode(), extra, len(body), body))
+
+
+def get(path: str) -> bytes:
+    return b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode()
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    """One response off a raw connection (Content-Length or chunked)."""
+    head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+    status = int(head[0].split()[1])
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in head[1:] if line)}
+    if "content-length" in headers:
+        return status, headers, await reader.readexactly(int(headers["content-length"]))
+    body = b""
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+        chunk = await reader.readexactly(size + 2)
+        if size == 0:
+            return status, headers, body
+        body += chunk[:-2]
+
+
+def kinds(p: RunningProxy) -> tuple[int, int]:
+    """Open client connections (on the fast path, handed to aiohttp)."""
+    server = p.runner.server
+    return len(server.fronts), len(server.connections)  # type: ignore[attr-defined]
+
+
+async def test_completions_stay_on_the_fast_path_and_another_route_hands_the_connection_to_aiohttp(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    b = await fake_backend()
+    p = await proxy_for([b])
+    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+    try:
+        for _ in range(3):
+            writer.write(post("/v1/completions"))
+            status, headers, _ = await read_response(reader)
+            assert status == 200 and headers["x-flotilla-backend"] == b.url
+        assert kinds(p) == (1, 0)
+        writer.write(get("/v1/models"))
+        status, _, body = await read_response(reader)
+        assert status == 200 and json.loads(body)["data"][0]["id"] == "tiny-llama"
+        assert kinds(p) == (0, 1)  # the same connection, now aiohttp's
+        writer.write(post("/v1/chat/completions", json.dumps(
+            {"model": "tiny-llama", "messages": [{"role": "user", "content": "x"}]}).encode()))
+        status, headers, _ = await read_response(reader)
+        assert status == 200 and headers["x-flotilla-backend"] == b.url
+    finally:
+        writer.close()
+    assert b.received == 4
+
+
+async def test_pipelined_requests_are_answered_in_order_across_both_paths(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    b = await fake_backend()
+    p = await proxy_for([b])
+    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+    try:
+        writer.write(post("/v1/completions", extra=b"X-Request-Id: first\r\n")
+                     + post("/v1/completions", extra=b"X-Request-Id: second\r\n")
+                     + get("/health") + post("/v1/completions", extra=b"X-Request-Id: fourth\r\n"))
+        answers = [await read_response(reader) for _ in range(4)]
+    finally:
+        writer.close()
+    assert [a[0] for a in answers] == [200, 200, 200, 200]
+    assert [a[1].get("x-request-id") for a in answers] == ["first", "second", None, "fourth"]
+    assert json.loads(answers[2][2]) == {"status": "ok"}
+
+
+async def test_a_chunked_request_body_reaches_the_engine_whole(fake_backend: BackendFactory,
+                                                               proxy_for: ProxyFactory) -> None:
+    b = await fake_backend()
+    p = await proxy_for([b])
+    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+    half = len(BODY) // 2
+    chunked = b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (half, BODY[:half], len(BODY) - half, BODY[half:])
+    try:
+        writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n" + chunked)
+        status, _, body = await read_response(reader)
+    finally:
+        writer.close()
+    assert status == 200 and json.loads(body)["object"] == "text_completion"
+    assert b.received == 1 and "Transfer-Encoding" not in b.request_headers[0]
+
+
+async def test_expect_100_continue_gets_continue_before_the_body_is_sent(fake_backend: BackendFactory,
+                                                                        proxy_for: ProxyFactory) -> None:
+    b = await fake_backend()
+    p = await proxy_for([b])
+    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+    try:
+        head, body = post("/v1/completions", extra=b"Expect: 100-continue\r\n").split(b"\r\n\r\n", 1)
+        writer.write(head + b"\r\n\r\n")
+        assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(body)
+        status, _, _ = await read_response(reader)
+    finally:
+        writer.close()
+    assert status == 200 and b.received == 1
+
+
+async def test_upstream_connections_are_kept_alive_and_reused(fake_backend: BackendFactory,
+                                                              proxy_for: ProxyFactory) -> None:
+    b = await fake_backend()
+    p = await proxy_for([b])
+    async with aiohttp.ClientSession() as s:
+        for _ in range(5):
+            async with s.post(p.url + "/v1/completions", data=BODY,
+                              headers={"Content-Type": "application/json"}) as r:
+                assert r.status == 200
+                await r.read()
+    fast = p.runner.server.fast  # type: ignore[attr-defined]
+    assert sum(len(conns) for conns in fast.upstream.idle.values()) == 1
+    assert b.received == 5
+
+
+async def test_no_fast_path_answers_every_request_through_aiohttp(fake_backend: BackendFactory,
+                                                                  proxy_for: ProxyFactory) -> None:
+    b = await fake_backend()
+    p = await proxy_for([b], fast_path=False)
+    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+    try:
+        writer.write(post("/v1/completions"))
+        status, headers, _ = await read_response(reader)
+        assert status == 200 and headers["x-flotilla-backend"] == b.url
+        assert kinds(p) == (0, 1)
+    finally:
+        writer.close()
+
+
+async def test_a_middleware_the_fast_path_does_not_run_sends_every_request_through_aiohttp(
+        fake_backend: BackendFactory) -> None:
+    """Added middleware (the autoscaler's hold, an operator's own) must see every request."""
+    b = await fake_backend()
+    seen: list[str] = []
+
+    @web.middleware
+    async def note(request: web.Request, handler):  # type: ignore[no-untyped-def]
+        seen.append(request.path)
+        return await handler(request)
+
+    p = await start_proxy(fast_config([b]), extend=lambda app: app.middlewares.append(note))
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(p.url + "/v1/completions", data=BODY,
+                              headers={"Content-Type": "application/json"}) as r:
+                assert r.status == 200
+        assert seen == ["/v1/completions"]
+    finally:
+        await p.close()
+
+
+async def test_a_head_past_the_limits_gets_431_as_json_and_the_connection_closes(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    b = await fake_backend()
+    p = await proxy_for([b])
+    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+    try:
+        writer.write(post("/v1/completions", extra=b"X-Big: " + b"a" * 9000 + b"\r\n"))
+        status, headers, body = await read_response(reader)
+        assert status == 431 and json.loads(body)["error"]["code"] == 431
+        assert headers["connection"] == "close" and await reader.read() == b""
+    finally:
+        writer.close()
+    assert b.received == 0
