@@ -815,7 +815,7 @@ class Exchange:
         attempt = Attempt(loop, conn, WHOLE_BODY_MAX_BYTES)
         conn.send(b"".join((fwd.method.encode(), b" ", target.base_path.encode(), fwd.path_qs.encode(),
                             b" HTTP/1.1\r\nHost: ", target.host_header, b"\r\n", fields, auth_line,
-                            b"Content-Length: %d\r\n\r\n" % len(body), body)), attempt)
+                            b"Content-Length: %d\r\n\r\n" % len(body))), body, attempt)
         first_byte_deadline = min(deadline, loop.time() + timeouts.first_byte_s)
         attempt.timer = loop.call_at(first_byte_deadline, attempt.head_timed_out,
                                      "total_timeout" if first_byte_deadline == deadline else "first_byte_timeout")

@@ -175,11 +175,13 @@ class UpstreamConnection(asyncio.Protocol):
 
     # the caller's side
 
-    def send(self, data: bytes, sink: ResponseSink) -> None:
+    def send(self, head: bytes, body: bytes, sink: ResponseSink) -> None:
+        """Send a request (its head and body in one vectored write: a long prompt is not copied
+        again) and hand its response to `sink`."""
         self.sink = sink
         self.head = None
         assert self.transport is not None
-        self.transport.write(data)
+        self.transport.writelines((head, body))
 
     def pause_reading(self) -> None:
         if self.transport is not None and not self.closed:

@@ -47,7 +47,7 @@ async def exchange(answer: Answer) -> tuple[Sink, UpstreamPool]:
     target = target_of(f"http://127.0.0.1:{port}")
     conn = await pool.connect(target)
     sink = Sink()
-    conn.send(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", sink)
+    conn.send(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n", b"{}", sink)
     async with asyncio.timeout(10):
         await sink.ended
     server.close()
