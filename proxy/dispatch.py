@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import aiohttp
 from aiohttp import web
@@ -50,6 +51,9 @@ from proxy.router import Router
 from proxy.server import cut_by_shutdown
 from proxy.usage import usage_from_json, usage_from_sse_tail
 
+U = TypeVar("U")
+"""One attempt's answer as the request path holds it (aiohttp's response, the fast path's attempt)."""
+T = TypeVar("T")
 MAX_ERROR_BODY_BYTES = 64 * 1024
 CLIENT_GONE_STATUS = 499
 """The status label of an answer whose client went away before its end (nginx's code)."""
@@ -122,6 +126,27 @@ class Dispatcher:
         request_id = fwd.request_id or request.headers.get("x-request-id") or new_request_id()
         # With client keys set, the client's Authorization is its key to the proxy: never forwarded.
         headers = upstream_headers(request.headers, request_id, drop_authorization=bool(self.config.limits.api_keys))
+        return await self.attempts(
+            fwd,
+            send=lambda backend: open_upstream(self.session, fwd.method, backend.url + fwd.path_qs,
+                                               with_credentials(headers, backend.spec.authorization), fwd.body,
+                                               self.config.timeouts, deadline),
+            head_of=lambda upstream: (upstream.status, upstream.headers.get("Retry-After")),
+            keep=self._keep_answer,
+            relay=lambda upstream, backend, decision, reservation: self._relay(
+                request, fwd, upstream, backend, decision, reservation, request_id, start, deadline),
+            give_up=lambda tried, failure, answer: self._give_up(fwd, tried, failure, answer, request_id, start))
+
+    async def attempts(self, fwd: Forward, send: Callable[[Backend], Awaitable[U]],
+                       head_of: Callable[[U], tuple[int, str | None]],
+                       keep: Callable[[U, Backend, Reservation], Awaitable[RetryableAnswer]],
+                       relay: Callable[[U, Backend, Decision, Reservation], Awaitable[T]],
+                       give_up: Callable[[list[Backend], UpstreamFailure | None, RetryableAnswer | None], T]) -> T:
+        """The retry loop of both request paths (aiohttp's here, proxy/fastpath.py's): pick a backend
+        not tried yet, reserve, `send`; a failure before the answer's head, or a retryable status
+        (its answer kept by `keep` in case no other backend does better), moves on to the next
+        after a backoff; the first other answer goes to `relay`, and `give_up` answers when none is
+        left. `head_of` reads an answer's status and Retry-After."""
         tried: list[Backend] = []
         failure: UpstreamFailure | None = None
         answer: RetryableAnswer | None = None
@@ -138,9 +163,7 @@ class Dispatcher:
             tried.append(backend)
             reservation = self.pool.reserve(backend, fwd.info.prompt_tokens + (fwd.info.max_tokens or 0))
             try:
-                upstream = await open_upstream(self.session, fwd.method, backend.url + fwd.path_qs,
-                                               with_credentials(headers, backend.spec.authorization),
-                                               fwd.body, self.config.timeouts, deadline)
+                upstream = await send(backend)
             except UpstreamFailure as exc:
                 self.pool.release(reservation)
                 self._record(backend, Outcome.FAILURE)
@@ -152,13 +175,13 @@ class Dispatcher:
                 self.pool.release(reservation)
                 self._record(backend, Outcome.NEUTRAL)
                 raise
-            if is_retryable_status(upstream.status):
-                answer = await self._keep_answer(upstream, backend, reservation)
-                failure, retry_after_s = None, parse_retry_after_s(upstream.headers.get("Retry-After"), time.time())
+            status, retry_after = head_of(upstream)
+            if is_retryable_status(status):
+                answer = await keep(upstream, backend, reservation)
+                failure, retry_after_s = None, parse_retry_after_s(retry_after, time.time())
                 continue
-            return await self._relay(request, fwd, upstream, backend, decision, reservation, request_id, start,
-                                     deadline)
-        return self._give_up(fwd, tried, failure, answer, request_id, start)
+            return await relay(upstream, backend, decision, reservation)
+        return give_up(tried, failure, answer)
 
     def _not_serving(self, fwd: Forward) -> list[Backend]:
         """Backends whose flavor does not serve the route."""

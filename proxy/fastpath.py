@@ -43,9 +43,8 @@ from proxy.forward import (
     new_request_id,
 )
 from proxy.pool import Backend, Reservation
-from proxy.ratelimit import client_id
 from proxy.request_parse import check_content_type, load_json_object
-from proxy.retry import is_retryable_status, parse_retry_after_s, wait_before_retry_s
+from proxy.server import GuardedServer, admit, peer_address
 from proxy.upstream import ResponseHead, Target, UpstreamConnection, UpstreamPool, set_nodelay, target_of
 from proxy.usage import TAIL_BYTES, UsageEventFilter
 
@@ -53,11 +52,9 @@ if TYPE_CHECKING:
     from aiohttp import web
 
     from proxy.app import Proxy
-    from proxy.server import GuardedServer
 
 log = logging.getLogger(__name__)
 unexpected_warning = ThrottledWarning(log)
-over_cap_warning = ThrottledWarning(log)
 
 FAST_ROUTES = {b"/v1/completions": False, b"/v1/chat/completions": True}
 NOTED = frozenset({b"content-length", b"expect", b"connection", b"content-encoding", b"x-flotilla-debug", b"upgrade"})
@@ -173,15 +170,11 @@ class FrontProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is one, not a subclass
         set_nodelay(transport)
-        peer = transport.get_extra_info("peername")
-        self.remote = peer[0] if isinstance(peer, tuple) else None
-        self.client = client_id(self.remote)
-        if not self.server.counter.admit(self.client):
-            over_cap_warning.warning(f"client {self.client} is at its {self.server.counter.cap} connections; "
-                                     f"new ones are closed (--max-connections-per-client)")
-            transport.close()
+        self.remote = peer_address(transport)
+        client = admit(self.server.counter, transport)
+        if client is None:
             return
-        self.admitted = True
+        self.client, self.admitted = client, True
         self.server.fronts.add(self)
         if not self.fast.enabled():
             self.hand_over()
@@ -489,6 +482,10 @@ class Attempt:
 
     # the dispatcher's side
 
+    def status_and_retry_after(self) -> tuple[int, str | None]:
+        assert self.head is not None
+        return self.head.status, _get(self.head, b"retry-after")
+
     def head_timed_out(self, reason: str) -> None:
         if not self.head_fut.done():
             self.head_fut.set_exception(UpstreamFailure(reason, retryable=False, status=504))
@@ -754,42 +751,14 @@ class Exchange:
         deadline = self.start + config.timeouts.total_s
         request_id = fwd.request_id or self.headers.get("x-request-id") or new_request_id()
         fields = self.fast.upstream_fields(self.req, request_id)
-        tried: list[Backend] = []
-        failure: UpstreamFailure | None = None
-        answer: RetryableAnswer | None = None
-        retry_after_s: float | None = None
-        for attempt_no in range(config.retry.max_attempts):
-            picked = d.router.pick(fwd.info, d.clock(), exclude=[*tried, *d._not_serving(fwd)])
-            if picked is None:
-                break
-            if attempt_no:
-                d.metrics.retries.labels(failure.reason if failure else f"status_{answer.status}").inc()  # type: ignore[union-attr]
-                await asyncio.sleep(wait_before_retry_s(config.retry, attempt_no, d.rng, retry_after_s))
-            backend, decision = picked
-            tried.append(backend)
-            reservation = d.pool.reserve(backend, fwd.info.prompt_tokens + (fwd.info.max_tokens or 0))
-            try:
-                attempt = await self._send(backend, fwd, fields, deadline)
-            except UpstreamFailure as exc:
-                d.pool.release(reservation)
-                d._record(backend, Outcome.FAILURE)
-                failure, answer, retry_after_s = exc, None, None
-                if not exc.retryable:
-                    break
-                continue
-            except BaseException:
-                d.pool.release(reservation)
-                d._record(backend, Outcome.NEUTRAL)
-                raise
-            head = attempt.head
-            assert head is not None
-            if is_retryable_status(head.status):
-                answer = await self._keep_answer(attempt, head, backend, reservation)
-                failure, retry_after_s = None, parse_retry_after_s(_get(head, b"retry-after"), time.time())
-                continue
-            await self._relay(fwd, attempt, head, backend, decision, reservation, request_id, deadline)
-            return
-        self._give_up(fwd, tried, failure, answer, request_id)
+        await d.attempts(
+            fwd,
+            send=lambda backend: self._send(backend, fwd, fields, deadline),
+            head_of=Attempt.status_and_retry_after,
+            keep=self._keep_answer,
+            relay=lambda attempt, backend, decision, reservation: self._relay(
+                fwd, attempt, backend, decision, reservation, request_id, deadline),
+            give_up=lambda tried, failure, answer: self._give_up(fwd, tried, failure, answer, request_id))
 
     async def _send(self, backend: Backend, fwd: Forward, fields: bytes, deadline: float) -> Attempt:
         fast = self.fast
@@ -828,9 +797,10 @@ class Exchange:
             attempt.timer.cancel()
         return attempt
 
-    async def _keep_answer(self, attempt: Attempt, head: ResponseHead, backend: Backend,
-                           reservation: Reservation) -> RetryableAnswer:
+    async def _keep_answer(self, attempt: Attempt, backend: Backend, reservation: Reservation) -> RetryableAnswer:
         d = self.d
+        head = attempt.head
+        assert head is not None
         attempt.keep_limit = MAX_ERROR_BODY_BYTES
         try:
             attempt.watch(d.config.timeouts.idle_s, self.start + d.config.timeouts.total_s)
@@ -870,9 +840,11 @@ class Exchange:
         d.metrics.request_done(model, backend, err.status, elapsed)
         self.answer_error(err, {"X-Request-Id": request_id, "x-flotilla-backend": backend})
 
-    async def _relay(self, fwd: Forward, attempt: Attempt, head: ResponseHead, backend: Backend,
-                     decision: Decision, reservation: Reservation, request_id: str, deadline: float) -> None:
+    async def _relay(self, fwd: Forward, attempt: Attempt, backend: Backend, decision: Decision,
+                     reservation: Reservation, request_id: str, deadline: float) -> None:
         d = self.d
+        head = attempt.head
+        assert head is not None
         front = self.front
         timeouts = d.config.timeouts
         fields: list[Any] = [*_down_fields(head), ("x-flotilla-backend", backend.url), ("X-Request-Id", request_id)]

@@ -81,6 +81,23 @@ class ConnectionCounter:
             self.open.pop(client, None)
 
 
+def peer_address(transport: asyncio.BaseTransport) -> str | None:
+    peer = transport.get_extra_info("peername")
+    return peer[0] if isinstance(peer, tuple) else None
+
+
+def admit(counter: ConnectionCounter, transport: asyncio.BaseTransport) -> str | None:
+    """Count a new connection against its client's cap: the client's id, or None (the
+    connection is closed, unread) when the client is at its cap."""
+    client = client_id(peer_address(transport))
+    if counter.admit(client):
+        return client
+    over_cap_warning.warning(f"client {client} is at its {counter.cap} connections; "
+                             f"new ones are closed (--max-connections-per-client)")
+    transport.close()
+    return None
+
+
 def timeout_response(message: str) -> bytes:
     """A whole 408 answer, written on the transport when no request object exists yet."""
     body = json.dumps(error_body(408, message)).encode()
@@ -109,14 +126,10 @@ class GuardedRequestHandler(JsonErrorRequestHandler):
         """The request whose response headers went out last, with that response."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        peer = transport.get_extra_info("peername")
-        self.client = client_id(peer[0] if isinstance(peer, tuple) else None)
-        if not self.server.counter.admit(self.client):
-            over_cap_warning.warning(f"client {self.client} is at its {self.server.counter.cap} connections; "
-                                     f"new ones are closed (--max-connections-per-client)")
-            transport.close()
+        client = admit(self.server.counter, transport)
+        if client is None:
             return
-        self.admitted = True
+        self.client, self.admitted = client, True
         super().connection_made(transport)
         self._arm_head_timer()
 

@@ -28,6 +28,8 @@ class RouterSpec:
     """The router's own policy name; empty where it has none."""
     workers: int = 1
     """Flotilla's `--workers`: processes serving the one address."""
+    flags: tuple[str, ...] = ()
+    """More of Flotilla's flags (`--no-fast-path`: its request path before proxy/fastpath.py)."""
 
 
 @dataclass
@@ -96,7 +98,7 @@ def launch(spec: RouterSpec, backends: list[str], port: int, workdir: Path, mode
     url = f"http://127.0.0.1:{port}"
     if spec.kind == "flotilla":
         argv = [sys.executable, "-m", "flotilla", "proxy", "--port", str(port), "--policy", spec.policy,
-                "--workers", str(spec.workers), "--log-level", "warning",
+                "--workers", str(spec.workers), "--log-level", "warning", *spec.flags,
                 *[a for b in backends for a in ("--backend", f"vllm={b}")]]
         return Launch(argv, url, url + "/ready")
     if spec.kind == "sglang":

@@ -22,6 +22,8 @@ TARGETS = (RouterSpec("direct", "direct"), RouterSpec("nginx", "nginx"),
            RouterSpec("aiohttp floor", "floor"),
            RouterSpec("flotilla round-robin", "flotilla", "round-robin"),
            RouterSpec("flotilla round-robin --workers 2", "flotilla", "round-robin", workers=2),
+           RouterSpec("flotilla round-robin --workers 2 --no-fast-path", "flotilla", "round-robin", workers=2,
+                      flags=("--no-fast-path",)),
            RouterSpec("sglang-router round_robin", "sglang", "round_robin"),
            RouterSpec("vllm-router round_robin", "vllm-router", "round_robin"),
            RouterSpec("litellm simple-shuffle", "litellm", "simple-shuffle"))
