@@ -56,8 +56,8 @@ def section(results: list[TargetResult], rate: float, duration_s: float, concurr
 pre-encoded JSON answer, or 16 SSE chunks and `[DONE]`) directly and through `flotilla proxy`
 (uvloop, policy `least-outstanding`; one process, or `--workers N` processes where the row
 says so), and through the plain aiohttp proxy of
-`bench/overhead/floor.py` when it is listed: the floor any aiohttp + uvloop proxy pays, so what
-`flotilla proxy` adds beyond it is routing, accounting and metrics. Fixed-rate phases are open loop: request *i* is
+`bench/overhead/floor.py` when it is listed: what any aiohttp + uvloop proxy pays. Flotilla's
+completions and chat no longer go through aiohttp (`proxy/fastpath.py`), so it can come in under it. Fixed-rate phases are open loop: request *i* is
 sent at t0 + i/rate and its latency counts from that time, so falling behind shows. The
 maximum rate is {concurrency} closed-loop connections for {duration_s:g} s. Proxy CPU is user plus system
 time of the proxy's whole process tree from `/proc` over each phase, divided by the requests

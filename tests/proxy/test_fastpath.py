@@ -185,3 +185,24 @@ async def test_a_head_past_the_limits_gets_431_as_json_and_the_connection_closes
     finally:
         writer.close()
     assert b.received == 0
+
+
+async def test_finished_requests_leave_no_attempt_behind(fake_backend: BackendFactory,
+                                                         proxy_for: ProxyFactory) -> None:
+    """An answer that ended with its own head once armed an idle timer that kept the attempt, and
+    all it held, alive for the idle timeout: thousands per second of garbage the collector kept
+    walking."""
+    import gc
+
+    from proxy.fastpath import Attempt
+
+    b = await fake_backend()
+    p = await proxy_for([b])
+    async with aiohttp.ClientSession() as s:
+        for stream in (False, True) * 10:
+            async with s.post(p.url + "/v1/completions", json={"model": "tiny-llama", "prompt": "x",
+                                                                "stream": stream}) as r:
+                assert r.status == 200
+                await r.read()
+    gc.collect()
+    assert [o for o in gc.get_objects() if isinstance(o, Attempt)] == []
