@@ -197,30 +197,43 @@ class Dispatcher:
         finally:
             upstream.close()
             self.pool.release(reservation)
-        if upstream.status == 503 and b"Loading model" in body:
+        return self.kept(backend, upstream.status, dict(downstream_headers(upstream.headers)), body)
+
+    def kept(self, backend: Backend, status: int, headers: dict[str, str], body: bytes) -> RetryableAnswer:
+        """A retryable answer, judged against its backend and kept in case no other does better."""
+        if status == 503 and b"Loading model" in body:
             # llama-server reloading: starting again, not broken (the health probe says when it is back)
             if backend.state is BackendState.READY:
                 backend.state = BackendState.STARTING
             self._record(backend, Outcome.NEUTRAL)
         else:
-            self._record(backend, outcome_of_status(upstream.status))
-        return RetryableAnswer(upstream.status, dict(downstream_headers(upstream.headers)), body, backend)
+            self._record(backend, outcome_of_status(status))
+        return RetryableAnswer(status, headers, body, backend)
 
-    def _give_up(self, fwd: Forward, tried: list[Backend], failure: UpstreamFailure | None,
-                 answer: RetryableAnswer | None, request_id: str, start: float) -> web.Response:
+    def no_attempt_left(self, fwd: Forward, tried: list[Backend], failure: UpstreamFailure | None,
+                        answer: RetryableAnswer | None, elapsed_s: float) -> tuple[ProxyError | None, str]:
+        """Count a request no attempt served: None when the kept `answer` goes back as it is, else
+        the error to answer with; and the backend to name in `x-flotilla-backend`."""
         model = self.pool.model_label(fwd.info.model)
         if answer is not None:
-            headers = {**answer.headers, "x-flotilla-backend": answer.backend.url, "X-Request-Id": request_id}
-            self.metrics.request_done(model, answer.backend.url, answer.status,
-                                      asyncio.get_running_loop().time() - start)
-            return web.Response(status=answer.status, headers=headers, body=answer.body)
+            self.metrics.request_done(model, answer.backend.url, answer.status, elapsed_s)
+            return None, answer.backend.url
         if failure is not None:
             err = ProxyError(failure.status, f"The backend failed before answering ({failure.reason}).")
             backend = tried[-1].url
         else:
             err = ProxyError(503, "No backend is available to serve this request.", headers={"Retry-After": "1"})
             backend = ""
-        self.metrics.request_done(model, backend, err.status, asyncio.get_running_loop().time() - start)
+        self.metrics.request_done(model, backend, err.status, elapsed_s)
+        return err, backend
+
+    def _give_up(self, fwd: Forward, tried: list[Backend], failure: UpstreamFailure | None,
+                 answer: RetryableAnswer | None, request_id: str, start: float) -> web.Response:
+        err, backend = self.no_attempt_left(fwd, tried, failure, answer, asyncio.get_running_loop().time() - start)
+        if err is None:
+            assert answer is not None
+            headers = {**answer.headers, "x-flotilla-backend": backend, "X-Request-Id": request_id}
+            return web.Response(status=answer.status, headers=headers, body=answer.body)
         return error_response(err, {"X-Request-Id": request_id, "x-flotilla-backend": backend},
                               speaks_anthropic(fwd.path_qs.split("?", 1)[0]))
 

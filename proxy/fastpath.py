@@ -31,7 +31,6 @@ import httptools
 from multidict import CIMultiDict
 
 from policies.routing.base import Decision
-from proxy.breaker import Outcome, outcome_of_status
 from proxy.dispatch import MAX_ERROR_BODY_BYTES, Dispatcher, Forward, RetryableAnswer
 from proxy.errors import ProxyError, ThrottledWarning, error_body, sse_error_event
 from proxy.forward import (
@@ -809,35 +808,17 @@ class Exchange:
             if not attempt.ended:
                 attempt.conn.abort()
             d.pool.release(reservation)
-        body = attempt.body()[:MAX_ERROR_BODY_BYTES]
-        if head.status == 503 and b"Loading model" in body:
-            from policies.routing.base import BackendState
-
-            if backend.state is BackendState.READY:
-                backend.state = BackendState.STARTING
-            d._record(backend, Outcome.NEUTRAL)
-        else:
-            d._record(backend, outcome_of_status(head.status))
         fields = {n.decode("latin-1"): v.decode("latin-1") for n, v in _down_fields(head)}
-        return RetryableAnswer(head.status, fields, body, backend)
+        return d.kept(backend, head.status, fields, attempt.body()[:MAX_ERROR_BODY_BYTES])
 
     def _give_up(self, fwd: Forward, tried: list[Backend], failure: UpstreamFailure | None,
                  answer: RetryableAnswer | None, request_id: str) -> None:
-        d = self.d
-        model = d.pool.model_label(fwd.info.model)
-        elapsed = self.front.loop.time() - self.start
-        if answer is not None:
-            d.metrics.request_done(model, answer.backend.url, answer.status, elapsed)
-            fields = [*answer.headers.items(), ("x-flotilla-backend", answer.backend.url), ("X-Request-Id", request_id)]
+        err, backend = self.d.no_attempt_left(fwd, tried, failure, answer, self.front.loop.time() - self.start)
+        if err is None:
+            assert answer is not None
+            fields = [*answer.headers.items(), ("x-flotilla-backend", backend), ("X-Request-Id", request_id)]
             self.answer(answer.status, "", fields, answer.body)
             return
-        if failure is not None:
-            err = ProxyError(failure.status, f"The backend failed before answering ({failure.reason}).")
-            backend = tried[-1].url
-        else:
-            err = ProxyError(503, "No backend is available to serve this request.", headers={"Retry-After": "1"})
-            backend = ""
-        d.metrics.request_done(model, backend, err.status, elapsed)
         self.answer_error(err, {"X-Request-Id": request_id, "x-flotilla-backend": backend})
 
     async def _relay(self, fwd: Forward, attempt: Attempt, backend: Backend, decision: Decision,
