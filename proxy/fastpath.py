@@ -24,6 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
@@ -120,8 +121,21 @@ def response_head(status: int, reason: str, fields: list[tuple[bytes, bytes]] | 
         parts += [n, b": ", v, b"\r\n"]
     if close:
         parts.append(b"Connection: close\r\n")
-    parts.append(b"\r\n")
+    parts += [b"Date: ", http_date(), b"\r\n\r\n"]
     return b"".join(parts)
+
+
+_date: tuple[int, bytes] = (0, b"")
+
+
+def http_date() -> bytes:
+    """The Date header's value (RFC 9110 6.6.1, as aiohttp's server sends it), formatted once a
+    second."""
+    global _date
+    now = int(time.time())
+    if _date[0] != now:
+        _date = (now, formatdate(now, usegmt=True).encode())
+    return _date[1]
 
 
 def _phrase(status: int) -> str:
@@ -363,6 +377,10 @@ class FrontProtocol(asyncio.Protocol):
         if self.transport is not None and not self.handed_over:
             self.transport.abort()
 
+    def _own(self) -> dict[str, str]:
+        """The headers of the proxy's own answers: no backend named, and the static ones."""
+        return {**OWN, **dict(self.fast._static)}
+
     def _raise(self, refused: Refused) -> None:
         self.refused = refused
         raise refused
@@ -371,7 +389,7 @@ class FrontProtocol(asyncio.Protocol):
         """Answer a request the front will not take, then close (it may still be sending)."""
         self.queue.clear()
         if self.task is None:
-            self._write(error_bytes(ProxyError(refused.status, refused.message), OWN, close=True))
+            self._write(error_bytes(ProxyError(refused.status, refused.message), self._own(), close=True))
             self.close()
         else:  # an answer is on its way: let it finish, then close
             self.refused = refused
@@ -397,7 +415,7 @@ class FrontProtocol(asyncio.Protocol):
             return
         if self.cur is not None:
             self._write(error_bytes(ProxyError(408, "The request headers did not arrive within "
-                                                    f"{self.server.limits.header_timeout_s:g} s."), OWN, close=True))
+                                                    f"{self.server.limits.header_timeout_s:g} s."), self._own(), close=True))
         self.close()
 
     def _body_timed_out(self) -> None:
@@ -405,7 +423,7 @@ class FrontProtocol(asyncio.Protocol):
         if self.gone or self.handed_over or self.cur is None:
             return
         self._write(error_bytes(ProxyError(408, "The request body did not arrive within "
-                                                f"{self.server.limits.body_timeout_s:g} s."), OWN, close=True))
+                                                f"{self.server.limits.body_timeout_s:g} s."), self._own(), close=True))
         self.close()
 
     # shutdown

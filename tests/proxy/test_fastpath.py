@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from email.utils import parsedate_to_datetime
 
 import aiohttp
 from aiohttp import web
@@ -57,6 +58,7 @@ async def test_completions_stay_on_the_fast_path_and_another_route_hands_the_con
             writer.write(post("/v1/completions"))
             status, headers, _ = await read_response(reader)
             assert status == 200 and headers["x-flotilla-backend"] == b.url
+            assert parsedate_to_datetime(headers["date"]).tzinfo is not None
         assert kinds(p) == (1, 0)
         writer.write(get("/v1/models"))
         status, _, body = await read_response(reader)
