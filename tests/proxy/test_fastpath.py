@@ -208,3 +208,21 @@ async def test_finished_requests_leave_no_attempt_behind(fake_backend: BackendFa
                 await r.read()
     gc.collect()
     assert [o for o in gc.get_objects() if isinstance(o, Attempt)] == []
+
+
+async def test_a_request_pipelined_behind_one_being_answered_waits_its_turn(fake_backend: BackendFactory,
+                                                                           proxy_for: ProxyFactory) -> None:
+    b = await fake_backend(first_byte_delay_s=0.2)
+    p = await proxy_for([b])
+    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+    try:
+        writer.write(post("/v1/completions", extra=b"X-Request-Id: first\r\n"))
+        async with asyncio.timeout(10):
+            while b.running == 0:  # the first is with the engine
+                await asyncio.sleep(0.01)
+        writer.write(post("/v1/completions", extra=b"X-Request-Id: second\r\n"))
+        answers = [await read_response(reader) for _ in range(2)]
+    finally:
+        writer.close()
+    assert [(a[0], a[1]["x-request-id"]) for a in answers] == [(200, "first"), (200, "second")]
+    assert b.received == 2
