@@ -246,7 +246,7 @@ class GuardedServer(Server):
                              *(front.shutdown(timeout or 0.0) for front in list(self.fronts)))
         self._connections.clear()
         if self.fast is not None:
-            self.fast.upstream.close()
+            self.fast.close()
 
 
 def missing_aiohttp_internals(runner: web.AppRunner, server: Server) -> list[str]:
