@@ -138,3 +138,20 @@ async def test_a_client_that_stops_reading_is_dropped_and_the_engine_request_abo
         assert b.in_flight == 0
     finally:
         await backend.runner.cleanup()
+
+
+def test_request_ids_are_uuid_sized_hex_and_a_forked_worker_draws_its_own() -> None:
+    import os
+
+    from proxy.forward import new_request_id
+
+    ids = {new_request_id() for _ in range(1000)}
+    assert len(ids) == 1000 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next id, to the parent
+        os.write(write, new_request_id().encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    assert child != new_request_id() and child not in ids
