@@ -22,7 +22,6 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from http import HTTPStatus
@@ -32,6 +31,7 @@ import httptools
 from multidict import CIMultiDict
 
 from policies.routing.base import Decision
+from proxy.app import PROXY_KEY, Proxy, errors_middleware, generation_forward, with_prefill
 from proxy.dispatch import MAX_ERROR_BODY_BYTES, Dispatcher, Forward, RetryableAnswer
 from proxy.errors import ProxyError, ThrottledWarning, error_body, sse_error_event
 from proxy.forward import (
@@ -42,16 +42,23 @@ from proxy.forward import (
     UpstreamFailure,
     new_request_id,
 )
+from proxy.paths import canonical_path_middleware
 from proxy.pool import Backend, Reservation
 from proxy.request_parse import check_content_type, load_json_object
-from proxy.server import GuardedServer, admit, peer_address
+from proxy.server import (
+    CUT_MESSAGE,
+    CUT_WAIT_S,
+    GuardedServer,
+    _remember_prepared,
+    admit,
+    cut_middleware,
+    peer_address,
+)
 from proxy.upstream import ResponseHead, Target, UpstreamConnection, UpstreamPool, set_nodelay, target_of
 from proxy.usage import TAIL_BYTES, UsageEventFilter
 
 if TYPE_CHECKING:
     from aiohttp import web
-
-    from proxy.app import Proxy
 
 log = logging.getLogger(__name__)
 unexpected_warning = ThrottledWarning(log)
@@ -64,8 +71,6 @@ MAX_FIELD_BYTES = 8190
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADERS = 128
 """aiohttp's own bounds on a request head (line and field 8190 bytes), and a total."""
-CUT_MESSAGE = "The proxy shut down before this request finished; the answer is incomplete."
-CUT_WAIT_S = 1.0
 HEAD, BODY, IDLE = range(3)
 """What a connection waits for: a request's head, its body, or (kept alive) the next request."""
 OWN = {"x-flotilla-backend": ""}
@@ -275,7 +280,7 @@ class FrontProtocol(asyncio.Protocol):
             self._raise(Refused(413, f"The request body is larger than {limit} bytes."))
         expect = cur.header(b"expect")
         if expect is not None and expect.lower() == b"100-continue" and self.task is None and not self.queue:
-            self._write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         self._expect(BODY, self.server.limits.body_timeout_s)
 
     def on_body(self, body: bytes) -> None:
@@ -357,9 +362,6 @@ class FrontProtocol(asyncio.Protocol):
     # writing
 
     def write(self, data: bytes) -> None:
-        self._write(data)
-
-    def _write(self, data: bytes) -> None:
         if not self.gone and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
 
@@ -384,7 +386,7 @@ class FrontProtocol(asyncio.Protocol):
         """Answer a request the front will not take, then close (it may still be sending)."""
         self.queue.clear()
         if self.task is None:
-            self._write(error_bytes(ProxyError(refused.status, refused.message), self._own(), close=True))
+            self.write(error_bytes(ProxyError(refused.status, refused.message), self._own(), close=True))
             self.close()
         else:  # an answer is on its way: let it finish, then close
             self.refused = refused
@@ -413,10 +415,10 @@ class FrontProtocol(asyncio.Protocol):
                 self._expect(HEAD, limits.header_timeout_s)
                 return
             if self.cur is not None:
-                self._write(error_bytes(ProxyError(408, "The request headers did not arrive within "
+                self.write(error_bytes(ProxyError(408, "The request headers did not arrive within "
                                                         f"{limits.header_timeout_s:g} s."), self._own(), close=True))
         elif self.waiting_for == BODY and self.cur is not None:
-            self._write(error_bytes(ProxyError(408, "The request body did not arrive within "
+            self.write(error_bytes(ProxyError(408, "The request body did not arrive within "
                                                     f"{limits.body_timeout_s:g} s."), self._own(), close=True))
         self.close()
 
@@ -533,9 +535,8 @@ class Attempt:
     def client_paused(self) -> None:
         self.paused = True
         self.conn.pause_reading()
-        if self.stall_timer is None:
-            self.stall_timer = self.loop.call_later(self.relay.client_write_s if self.relay else 30.0,
-                                                    self._stalled)
+        if self.stall_timer is None and self.relay is not None:  # only a relay writes to the client
+            self.stall_timer = self.loop.call_later(self.relay.client_write_s, self._stalled)
 
     def client_resumed(self) -> None:
         self.paused = False
@@ -603,18 +604,16 @@ class Relay:
             if rest:
                 self._send(rest)
         if self.chunked:
-            self.front.write(b"0\r\n\r\n")
+            self.front.write(LAST_CHUNK)
 
     def _send(self, data: bytes) -> None:
-        self.front.write(b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data)
+        self.front.write(_chunk(data) if self.chunked else data)
 
 
 class FastPath:
     """The proxy's request path for completions and chat (see the module)."""
 
     def __init__(self, app: web.Application) -> None:
-        from proxy.app import PROXY_KEY
-
         self.app = app
         self.proxy: Proxy = app[PROXY_KEY]
         config = self.proxy.config
@@ -627,7 +626,6 @@ class FastPath:
         # Expect too: the whole body is here already, the engine need not invite it
         self._drop_up = _as_bytes(NOT_FORWARDED_UP | {"expect", "x-request-id"} | (
             {"authorization", "x-api-key"} if config.limits.api_keys else set()))
-        self.clock: Callable[[], float] = time.monotonic
         self.fronts: set[FrontProtocol] = set()
         self._sweeping: asyncio.TimerHandle | None = None
         lim = config.limits
@@ -670,10 +668,6 @@ class FastPath:
         return self._enabled
 
     def _app_is_plain(self) -> bool:
-        from proxy.app import errors_middleware
-        from proxy.paths import canonical_path_middleware
-        from proxy.server import _remember_prepared, cut_middleware
-
         access = self.proxy.access
         known = {errors_middleware, canonical_path_middleware, cut_middleware}
         if access is not None:
@@ -700,8 +694,6 @@ class FastPath:
                 p.access.check_client(headers, front.remote)
             check_content_type(headers.get("Content-Type", ""))
             raw = b"".join(req.body)
-            from proxy.app import generation_forward, with_prefill
-
             fwd = generation_forward(p, raw, load_json_object(raw), headers, req.url.decode("latin-1"),
                                      chat=FAST_ROUTES[req.url])
             admission = p.admission
@@ -779,9 +771,8 @@ class Exchange:
     def answer_error(self, exc: ProxyError, default_headers: dict[str, str]) -> None:
         if self.sent:
             return
-        body = json.dumps(error_body(exc.status, exc.message, exc.param, exc.code)).encode()
-        headers = {**default_headers, **exc.headers, "Content-Type": "application/json"}
-        self.answer(exc.status, "", list(headers.items()), body)
+        self.front.write(error_bytes(exc, {**default_headers, **dict(self.fast._static)}, not self.keep_alive))
+        self.sent = True
 
     async def dispatch(self, fwd: Forward) -> None:
         d = self.d
@@ -909,7 +900,7 @@ class Exchange:
                 result.cut_by_shutdown = True
                 if self.sent and head.event_stream:  # a blank line first closes a half-written event
                     event = b"\n\n" + sse_error_event(CUT_MESSAGE, 503)
-                    front.write(_chunk(event) + b"0\r\n\r\n" if chunked else event)
+                    front.write(_chunk(event) + LAST_CHUNK if chunked else event)
             else:
                 result.client_gone = True
             raise
@@ -941,11 +932,14 @@ class Exchange:
             sep = b"" if not result.tail or result.tail.endswith((b"\n\n", b"\r\n\r\n")) else b"\n\n"
             event = sep + sse_error_event(result.error or "upstream failure")
             if relay.chunked:
-                self.front.write(_chunk(event) + b"0\r\n\r\n")
+                self.front.write(_chunk(event) + LAST_CHUNK)
                 return
             self.front.write(event)
         self.keep_alive = False
         self.front.close()
+
+
+LAST_CHUNK = b"0\r\n\r\n"
 
 
 def _chunk(data: bytes) -> bytes:

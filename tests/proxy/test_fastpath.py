@@ -5,7 +5,9 @@ chunked bodies, Expect: 100-continue)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from email.utils import parsedate_to_datetime
 
 import aiohttp
@@ -42,6 +44,16 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, st
         body += chunk[:-2]
 
 
+@contextlib.asynccontextmanager
+async def connected(p: RunningProxy) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A raw client connection to the proxy, closed at the end."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+
+
 def kinds(p: RunningProxy) -> tuple[int, int]:
     """Open client connections (on the fast path, handed to aiohttp)."""
     server = p.runner.server
@@ -52,8 +64,7 @@ async def test_completions_stay_on_the_fast_path_and_another_route_hands_the_con
         fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
     b = await fake_backend()
     p = await proxy_for([b])
-    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
-    try:
+    async with connected(p) as (reader, writer):
         for _ in range(3):
             writer.write(post("/v1/completions"))
             status, headers, _ = await read_response(reader)
@@ -68,8 +79,6 @@ async def test_completions_stay_on_the_fast_path_and_another_route_hands_the_con
             {"model": "tiny-llama", "messages": [{"role": "user", "content": "x"}]}).encode()))
         status, headers, _ = await read_response(reader)
         assert status == 200 and headers["x-flotilla-backend"] == b.url
-    finally:
-        writer.close()
     assert b.received == 4
 
 
@@ -77,14 +86,11 @@ async def test_pipelined_requests_are_answered_in_order_across_both_paths(
         fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
     b = await fake_backend()
     p = await proxy_for([b])
-    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
-    try:
+    async with connected(p) as (reader, writer):
         writer.write(post("/v1/completions", extra=b"X-Request-Id: first\r\n")
                      + post("/v1/completions", extra=b"X-Request-Id: second\r\n")
                      + get("/health") + post("/v1/completions", extra=b"X-Request-Id: fourth\r\n"))
         answers = [await read_response(reader) for _ in range(4)]
-    finally:
-        writer.close()
     assert [a[0] for a in answers] == [200, 200, 200, 200]
     assert [a[1].get("x-request-id") for a in answers] == ["first", "second", None, "fourth"]
     assert json.loads(answers[2][2]) == {"status": "ok"}
@@ -94,15 +100,12 @@ async def test_a_chunked_request_body_reaches_the_engine_whole(fake_backend: Bac
                                                                proxy_for: ProxyFactory) -> None:
     b = await fake_backend()
     p = await proxy_for([b])
-    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
-    half = len(BODY) // 2
-    chunked = b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (half, BODY[:half], len(BODY) - half, BODY[half:])
-    try:
+    async with connected(p) as (reader, writer):
+        half = len(BODY) // 2
+        chunked = b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (half, BODY[:half], len(BODY) - half, BODY[half:])
         writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Transfer-Encoding: chunked\r\n\r\n" + chunked)
         status, _, body = await read_response(reader)
-    finally:
-        writer.close()
     assert status == 200 and json.loads(body)["object"] == "text_completion"
     assert b.received == 1 and "Transfer-Encoding" not in b.request_headers[0]
 
@@ -111,15 +114,12 @@ async def test_expect_100_continue_gets_continue_before_the_body_is_sent(fake_ba
                                                                         proxy_for: ProxyFactory) -> None:
     b = await fake_backend()
     p = await proxy_for([b])
-    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
-    try:
+    async with connected(p) as (reader, writer):
         head, body = post("/v1/completions", extra=b"Expect: 100-continue\r\n").split(b"\r\n\r\n", 1)
         writer.write(head + b"\r\n\r\n")
         assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 100 Continue\r\n\r\n"
         writer.write(body)
         status, _, _ = await read_response(reader)
-    finally:
-        writer.close()
     assert status == 200 and b.received == 1
 
 
@@ -142,14 +142,11 @@ async def test_no_fast_path_answers_every_request_through_aiohttp(fake_backend: 
                                                                   proxy_for: ProxyFactory) -> None:
     b = await fake_backend()
     p = await proxy_for([b], fast_path=False)
-    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
-    try:
+    async with connected(p) as (reader, writer):
         writer.write(post("/v1/completions"))
         status, headers, _ = await read_response(reader)
         assert status == 200 and headers["x-flotilla-backend"] == b.url
         assert kinds(p) == (0, 1)
-    finally:
-        writer.close()
 
 
 async def test_a_middleware_the_fast_path_does_not_run_sends_every_request_through_aiohttp(
@@ -178,14 +175,11 @@ async def test_a_head_past_the_limits_gets_431_as_json_and_the_connection_closes
         fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
     b = await fake_backend()
     p = await proxy_for([b])
-    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
-    try:
+    async with connected(p) as (reader, writer):
         writer.write(post("/v1/completions", extra=b"X-Big: " + b"a" * 9000 + b"\r\n"))
         status, headers, body = await read_response(reader)
         assert status == 431 and json.loads(body)["error"]["code"] == 431
         assert headers["connection"] == "close" and await reader.read() == b""
-    finally:
-        writer.close()
     assert b.received == 0
 
 
@@ -214,15 +208,12 @@ async def test_a_request_pipelined_behind_one_being_answered_waits_its_turn(fake
                                                                            proxy_for: ProxyFactory) -> None:
     b = await fake_backend(first_byte_delay_s=0.2)
     p = await proxy_for([b])
-    reader, writer = await asyncio.open_connection("127.0.0.1", p.port)
-    try:
+    async with connected(p) as (reader, writer):
         writer.write(post("/v1/completions", extra=b"X-Request-Id: first\r\n"))
         async with asyncio.timeout(10):
             while b.running == 0:  # the first is with the engine
                 await asyncio.sleep(0.01)
         writer.write(post("/v1/completions", extra=b"X-Request-Id: second\r\n"))
         answers = [await read_response(reader) for _ in range(2)]
-    finally:
-        writer.close()
     assert [(a[0], a[1]["x-request-id"]) for a in answers] == [(200, "first"), (200, "second")]
     assert b.received == 2
