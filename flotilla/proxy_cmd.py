@@ -142,7 +142,7 @@ async def serve(config: ProxyConfig, autoscale: AutoscaleConfig | list[Autoscale
                 instance_id: str | None = None, discover: list[DiscoverSpec] | None = None,
                 worker: WorkerContext | None = None) -> None:
     from proxy.app import add_response_header, start_proxy
-    from proxy.server import raise_open_file_limit
+    from proxy.server import keep_freed_heap, raise_open_file_limit
 
     def extend(app: web.Application) -> None:
         if discover:
@@ -161,6 +161,7 @@ async def serve(config: ProxyConfig, autoscale: AutoscaleConfig | list[Autoscale
 
             attach_worker(app, worker)
     raise_open_file_limit()
+    keep_freed_heap()
     if worker is None:
         running = await start_proxy(config, extend=extend)
         print(listening_line(running.url, config), flush=True)
