@@ -41,7 +41,7 @@ class PrefixIndexedPolicy(RoutingPolicy):
         caller matched it already); then the index records it as holding every block of the prompt."""
         size = self.config.block_size_tokens
         held = self.index.match(winner.url, hashes) if predicted is None else predicted // size
-        self.index.record(winner, hashes, size, held)
+        self.index.record(winner, hashes, size)
         return Decision(winner.index, rule, held * size)
 
     def reset(self) -> None:

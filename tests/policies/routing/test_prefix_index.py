@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import random
+from collections import OrderedDict
+from itertools import takewhile
+
 from policies.routing import RequestInfo
 from policies.routing.prefix_index import BlockShape, PrefixIndex, block_hashes
 
@@ -56,18 +60,45 @@ def test_record_sizes_each_backend_lru_from_its_scraped_kv_capacity():
     assert index.match_fraction("small", []) == 0.0
 
 
-def test_bisected_match_and_shortcut_insert_agree_with_a_linear_scan_under_eviction():
-    import random
-    from itertools import takewhile
+class FlatLRU:
+    """The reference: one OrderedDict of blocks per backend, every block moved on each insert."""
 
+    def __init__(self) -> None:
+        self.held: OrderedDict[int, None] = OrderedDict()
+
+    def match(self, hashes: list[int]) -> int:
+        return len(list(takewhile(self.held.__contains__, hashes)))
+
+    def insert(self, hashes: list[int], capacity: int) -> None:
+        for h in reversed(hashes):  # deepest first: the first block ends up the most recent
+            self.held[h] = None
+            self.held.move_to_end(h)
+        while len(self.held) > capacity:
+            self.held.popitem(last=False)
+
+
+def test_radix_tree_holds_the_same_blocks_as_a_flat_lru_under_eviction():
     rng = random.Random(7)
-    fast, plain = PrefixIndex(), PrefixIndex()
-    stems = ["".join(rng.choice("ab") for _ in range(64 * rng.randint(0, 6))) for _ in range(8)]
-    for _ in range(400):  # prompts sharing prefixes of several lengths, in an LRU that keeps evicting
-        prompt = rng.choice(stems) + "".join(rng.choice("abc") for _ in range(64 * rng.randint(0, 8)))
-        hashes = block_hashes(RequestInfo(prompt=prompt), SHAPE)
-        linear = len(list(takewhile(fast._lru.get("u", {}).__contains__, hashes)))
-        assert fast.match("u", hashes) == linear
-        fast.insert("u", hashes, capacity_blocks=20, held_blocks=linear)
-        plain.insert("u", hashes, capacity_blocks=20)
-        assert list(fast._lru["u"]) == list(plain._lru["u"])  # the same blocks in the same LRU order
+    for capacity in (1, 5, 20, 60):
+        index, flat = PrefixIndex(), FlatLRU()
+        stems = ["".join(rng.choice("ab") for _ in range(64 * rng.randint(0, 6))) for _ in range(8)]
+        for _ in range(400):  # prompts sharing prefixes of several lengths, in an LRU that keeps evicting
+            prompt = rng.choice(stems) + "".join(rng.choice("abc") for _ in range(64 * rng.randint(0, 8)))
+            hashes = block_hashes(RequestInfo(prompt=prompt), SHAPE)
+            assert index.match("u", hashes) == flat.match(hashes)
+            index.insert("u", hashes, capacity_blocks=capacity)
+            flat.insert(hashes, capacity)
+            assert index.size("u") == len(flat.held)
+            probes = [block_hashes(RequestInfo(prompt=stem + "c" * 128), SHAPE) for stem in stems]
+            assert [index.match("u", p) for p in probes] == [flat.match(p) for p in probes]
+
+
+def test_a_touched_prompt_outlives_older_ones_whatever_its_length():
+    index = PrefixIndex()
+    long_chain, other = list(range(100, 110)), [1, 2, 3]
+    index.insert("u", long_chain, capacity_blocks=13)
+    index.insert("u", other, capacity_blocks=13)
+    index.insert("u", long_chain, capacity_blocks=13)  # touched again: now the more recent
+    index.insert("u", [50], capacity_blocks=13)  # one over: the tail of the older prompt goes
+    assert (index.match("u", long_chain), index.match("u", other), index.match("u", [50])) == (10, 2, 1)
+    assert index.match("u", (100, 101, 102)) == 3  # a tuple of hashes matches as a list does
