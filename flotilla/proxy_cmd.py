@@ -222,9 +222,6 @@ def run(args: argparse.Namespace) -> int:
         return _fail("give at least one --backend URL, --discover k8s:SERVICE, --config fleet.yaml "
                      "or --autoscale SPEC")
     if args.workers > 1:
-        if config.admin_token:
-            return _fail("--workers above 1 runs without --admin-token for now: the admin API keeps "
-                         "its state in one process")
         if any(each.role == "prefill" or each.actuator != "local" for each in autoscale):
             return _fail("--workers above 1 autoscales with the local actuator only, one pool: its engines "
                          "die with the worker that leads (containers and pods would outlive it), and a "

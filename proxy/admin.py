@@ -1,9 +1,15 @@
-"""Admin API: list, add and drain backends. Needs a bearer token; disabled without one."""
+"""Admin API: list, add and drain backends. Needs a bearer token; disabled without one.
+
+With `--workers N` each change is also written to the workers' shared journal
+(proxy/workers.py `AdminJournal`), so every worker's pool takes it, whichever worker served it."""
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -59,6 +65,19 @@ def check_token(request: web.Request, token: str | None) -> None:
         raise ProxyError(401, "A valid bearer token is required.", headers={"WWW-Authenticate": "Bearer"})
 
 
+class SharedChanges(Protocol):
+    """Where this worker's admin changes meet the other workers' (proxy/workers.py)."""
+
+    def held(self) -> AbstractContextManager[None]:
+        """Exclusive across the workers, with every earlier change of theirs applied here."""
+
+    def record(self, change: dict) -> None:
+        """`change` was applied here (inside `held`): the others apply it too."""
+
+    def catch_up(self) -> None:
+        """Apply the changes the other workers made since the last call."""
+
+
 class AdminApi:
     def __init__(self, pool: BackendPool, token: str | None,
                  on_added: Callable[[Backend], Awaitable[None]]) -> None:
@@ -66,6 +85,15 @@ class AdminApi:
         self.token = token
         self.on_added = on_added
         """Called for a new backend (an immediate health probe, so it need not wait a round)."""
+        self.shared: SharedChanges | None = None
+        """The other workers' changes (set by proxy/workers.py); None in a single process."""
+
+    def _changing(self) -> AbstractContextManager[None]:
+        return self.shared.held() if self.shared is not None else contextlib.nullcontext()
+
+    def _record(self, change: dict) -> None:
+        if self.shared is not None:
+            self.shared.record(change)
 
     def routes(self) -> list[web.RouteDef]:
         return [web.get("/admin/backends", self.list), web.post("/admin/backends", self.add),
@@ -73,6 +101,8 @@ class AdminApi:
 
     async def list(self, request: web.Request) -> web.Response:
         check_token(request, self.token)
+        if self.shared is not None:
+            self.shared.catch_up()
         return web.json_response({"backends": [backend_json(b) for b in self.pool]})
 
     async def add(self, request: web.Request) -> web.Response:
@@ -85,7 +115,9 @@ class AdminApi:
             raise ProxyError(400, str(exc), param=exc.field) from None
         except (ValueError, TypeError) as exc:  # a shape check_backend_body let through
             raise ProxyError(400, f"Invalid backend: {exc}") from None
-        backend = self.pool.add(spec, source="admin")
+        with self._changing():
+            backend = self.pool.add(spec, source="admin")
+            self._record({"op": "add", "backend": body})
         await self.on_added(backend)
         return web.json_response(backend_json(backend), status=201)
 
@@ -96,8 +128,10 @@ class AdminApi:
             url = load_json_object(await request.read()).get("url")
         if not isinstance(url, str):
             raise ProxyError(400, "Name the backend to remove: ?url=... or {\"url\": ...}.", param="url")
-        backend = self.pool.drain(url)
-        if backend is None:
-            raise ProxyError(404, f"No backend {url!r} in the pool.", param="url")
+        with self._changing():
+            backend = self.pool.drain(url)
+            if backend is None:
+                raise ProxyError(404, f"No backend {url!r} in the pool.", param="url")
+            self._record({"op": "drain", "url": url})
         return web.json_response(backend_json(backend))
 

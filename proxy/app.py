@@ -77,6 +77,7 @@ class Proxy:
     access: AccessControl | None = None
     response_headers: dict[str, str] = field(default_factory=dict)
     """Headers every answer carries (the worker's pid, the instance id): see `add_response_header`."""
+    admin: AdminApi | None = None
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
@@ -335,11 +336,12 @@ def build_app(config: ProxyConfig, policy: RoutingPolicy | None = None,
     app = web.Application(middlewares=[errors_middleware, canonical_path_middleware, access.middleware],
                           client_max_size=config.max_body_bytes)
     app[PROXY_KEY] = proxy
+    proxy.admin = AdminApi(pool, config.admin_token, proxy.probe_now)
     app.add_routes([
         *FORWARDED_ROUTES,
         web.get("/v1/models", models), web.get("/health", health), web.get("/ready", ready),
         web.get("/metrics", metrics),
-        *AdminApi(pool, config.admin_token, proxy.probe_now).routes(),
+        *proxy.admin.routes(),
         debug_route(config.admin_token, lambda: {"queued": proxy.admission.queued(),  # type: ignore[union-attr]
                                                  "in_flight": sum(b.total_in_flight()[0] for b in proxy.pool)}),
     ])

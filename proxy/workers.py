@@ -27,6 +27,10 @@ What the workers must agree on is shared, without locks on the request path:
   policy to add up. A
   new leader drains the replicas of the one that died (they died with it) and scales afresh:
   no engine is orphaned, none is started twice.
+- **Admin changes** (`AdminJournal`): the worker that serves `POST` or `DELETE /admin/backends`
+  applies the change and appends it to a journal file under a file lock, after applying every
+  earlier line; the others apply new lines every scrape round and before answering the admin
+  API, so all pools agree within one round. A restarted worker replays the journal.
 - **KV-cache events**: every worker subscribes to every publisher itself (ZMQ PUB broadcasts).
 - **/metrics**: prometheus_client's multiprocess mode over a directory the parent owns and
   removes; every worker's counters and histograms add up, and the per-backend gauges are
@@ -44,6 +48,7 @@ import contextlib
 import ctypes
 import fcntl
 import hashlib
+import json
 import logging
 import mmap
 import os
@@ -55,7 +60,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,14 +71,14 @@ if TYPE_CHECKING:
     from aiohttp import web
 
     from proxy.config import BackendSpec
-    from proxy.pool import BackendPool
+    from proxy.pool import Backend, BackendPool
     from proxy.scraper import Scraper
 
 log = logging.getLogger(__name__)
 
 DEFAULT_WORKERS = 1
-"""One process unless asked: the admin API keeps its state in one process, and a proxy beside
-engines on a small machine should not take every core by default."""
+"""One process unless asked: a proxy beside engines on a small machine should not take every
+core by default, and on 2 cores one worker serves more than two (docs/benchmarks.md)."""
 SLOTS = 1024
 """Backends the shared in-flight table can name over a proxy's life."""
 DIGEST_BYTES = 16
@@ -360,9 +365,59 @@ class Coordinator:
             self.pool.drain(b.url)
 
 
+class AdminJournal:
+    """The admin API's changes as every worker applies them (see the module): JSON lines, appended
+    under a file lock by the worker that made the change and read by the others from where they
+    left off."""
+
+    def __init__(self, run_dir: Path, pool: BackendPool,
+                 on_added: Callable[[Backend], Coroutine[Any, Any, None]]) -> None:
+        self.path = run_dir / "admin.jsonl"
+        self.lock_path = run_dir / "admin.lock"
+        self.pool = pool
+        self.on_added = on_added
+        self.offset = 0
+        self._probes: set[asyncio.Task] = set()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        with file_lock(self.lock_path):
+            self.catch_up()
+            yield
+
+    def record(self, change: dict) -> None:
+        with open(self.path, "ab") as f:
+            f.write(json.dumps(change).encode() + b"\n")
+            self.offset = f.tell()  # this worker applied it already
+
+    def catch_up(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        complete = data.rfind(b"\n") + 1  # a line still being written is read next time
+        for line in data[:complete].splitlines():
+            self._apply(json.loads(line))
+        self.offset += complete
+
+    def _apply(self, change: dict) -> None:
+        from proxy.config import backend_from_mapping
+
+        if change["op"] == "drain":
+            self.pool.drain(change["url"])
+            return
+        backend = self.pool.add(backend_from_mapping(change["backend"]), source="admin")
+        with contextlib.suppress(RuntimeError):  # no loop: the health rounds probe it
+            task = asyncio.get_running_loop().create_task(self.on_added(backend))
+            self._probes.add(task)
+            task.add_done_callback(self._probes.discard)
+
+
 def attach(app: web.Application, ctx: WorkerContext) -> Coordinator:
     """Make the proxy `app` one worker of several: shared in-flight work, the scrape snapshot,
-    leader election, and the worker header."""
+    leader election, the admin journal, and the worker header."""
     from prometheus_client import Gauge
 
     from proxy.app import PROXY_KEY, add_response_header
@@ -376,6 +431,9 @@ def attach(app: web.Application, ctx: WorkerContext) -> Coordinator:
     coordinator = Coordinator(ctx.run_dir, proxy.pool, proxy.config.scrape_interval_s,
                               on_lead=lambda: leader.set(1))
     proxy.scrape_loop = coordinator.run
+    if proxy.admin is not None:
+        journal = proxy.admin.shared = AdminJournal(ctx.run_dir, proxy.pool, proxy.probe_now)
+        coordinator.every_round.append(journal.catch_up)
     _lead_autoscaler(app, coordinator, ctx.load)
     add_response_header(app, WORKER_HEADER, str(os.getpid()))
     return coordinator

@@ -122,7 +122,6 @@ def test_a_bad_discover_flag_is_one_line_naming_it() -> None:
     (["--host", "192.0.2.1", "--port", "0"], "cannot listen on 192.0.2.1: not an address of this machine (--host)"),
     (["--host", "no-such-host.invalid", "--port", "0"], "cannot listen on no-such-host.invalid: no such host name"),
     (["--workers", "0"], "argument --workers: must be a positive integer or auto, not '0'"),
-    (["--workers", "2", "--admin-token", "t"], "--workers above 1 runs without --admin-token"),
     (["--workers", "2", "--autoscale", "seed", "--actuator", "docker", "--docker-image", "vllm/vllm-openai"],
      "--workers above 1 autoscales with the local actuator only"),
     (["--workers", "2", "--host", "192.0.2.1", "--port", "0"], "cannot listen on 192.0.2.1: not an address"),

@@ -19,8 +19,8 @@ from flotilla.fleet import EngineGroup, Fleet
 from flotilla.testing.live import LiveFleet
 from proxy.config import BackendSpec
 from proxy.engine_metrics import LoadSample
-from proxy.pool import BackendPool
-from proxy.workers import WORKER_HEADER, Coordinator, SharedLoad
+from proxy.pool import BackendPool, BackendState
+from proxy.workers import WORKER_HEADER, AdminJournal, Coordinator, SharedLoad
 from tests.processes import kill_if_running, terminate
 from tests.waiting import wait_until
 
@@ -152,6 +152,70 @@ async def test_another_worker_takes_over_scraping_when_the_leader_dies(engines) 
         for _ in range(3):
             await wait_until(fresh, what="fresh scrapes after the hand-over")
             await asyncio.sleep(0.5)  # ages must stay fresh as time passes, not just once
+
+
+async def test_a_backend_added_or_drained_through_one_worker_is_in_every_workers_pool(engines) -> None:
+    token = {"Authorization": "Bearer s3cret"}
+    first, second = engines
+
+    async def listings() -> dict[str, set[str]]:
+        """Each worker's pool as its own admin API lists it (new connections until both answered)."""
+        seen: dict[str, set[str]] = {}
+        for _ in range(40):
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s:
+                async with s.get(url + "/admin/backends", headers=token) as r:
+                    assert r.status == 200, await r.text()
+                    listed = {b["url"] for b in (await r.json())["backends"] if b["state"] != "draining"}
+                    seen[r.headers[WORKER_HEADER]] = listed
+            if len(seen) == 2:
+                return seen
+        raise AssertionError(f"every connection went to one worker: {seen}")
+
+    async with workers_proxy([first], "round-robin", "--admin-token", "s3cret") as url:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(url + "/admin/backends", headers=token, json={"url": second, "flavor": "vllm"}) as r:
+                assert r.status == 201, await r.text()
+
+        async def both_route_to_the_new_one() -> bool:
+            return all(pool == {first, second} for pool in (await listings()).values())
+        await wait_until(both_route_to_the_new_one, what="the added backend in both workers' pools")
+
+        async with aiohttp.ClientSession() as s:
+            async with s.delete(url + "/admin/backends", headers=token, params={"url": first}) as r:
+                assert r.status == 200, await r.text()
+
+        async def both_dropped_the_old_one() -> bool:
+            return all(pool == {second} for pool in (await listings()).values())
+        await wait_until(both_dropped_the_old_one, what="the drained backend gone from both workers' pools")
+
+
+def test_journal_changes_reach_the_other_workers_pool_in_order(tmp_path: Path) -> None:
+    async def probe(backend) -> None:
+        probed.append(backend.url)
+    probed: list[str] = []
+    pools = [BackendPool(), BackendPool()]
+    one, other = (AdminJournal(tmp_path, pool, probe) for pool in pools)
+    b = "http://127.0.0.1:9002"
+    for change in ({"op": "add", "backend": {"url": b, "models": ["m"]}}, {"op": "drain", "url": b},
+                   {"op": "add", "backend": {"url": b, "models": ["n"]}}):
+        with one.held():  # as the admin API does: apply here, then record for the others
+            if change["op"] == "add":
+                pools[0].add(BackendSpec(url=b, models=tuple(change["backend"]["models"])), source="admin")
+            else:
+                pools[0].drain(b)
+            one.record(change)
+    with open(one.path, "ab") as f:
+        f.write(b'{"op": "drain", "url"')  # another worker's line, still being written
+    other.catch_up()  # outside any loop: applied, the health rounds probe later
+    added = pools[1].find(b)
+    assert added is not None and added.source == "admin" and added.spec.models == ("n",)
+    assert added.state is not BackendState.DRAINING
+    with open(one.path, "ab") as f:
+        f.write(b': "http://127.0.0.1:9002"}\n')
+    other.catch_up()
+    assert pools[1].find(b) is None
+    one.catch_up()  # its own lines are not applied twice; the other's drain is
+    assert pools[0].find(b) is None and probed == []
 
 
 async def _other(leader, first: str) -> str | None:
