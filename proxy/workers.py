@@ -399,7 +399,10 @@ class AdminJournal:
             return
         complete = data.rfind(b"\n") + 1  # a line still being written is read next time
         for line in data[:complete].splitlines():
-            self._apply(json.loads(line))
+            try:
+                self._apply(json.loads(line))
+            except (ValueError, KeyError, TypeError) as exc:  # never stop the scrape round over one line
+                log.warning("skipped an admin journal entry %r: %s", line[:200], exc)
         self.offset += complete
 
     def _apply(self, change: dict) -> None:

@@ -205,6 +205,7 @@ def test_journal_changes_reach_the_other_workers_pool_in_order(tmp_path: Path) -
                 pools[0].drain(b)
             one.record(change)
     with open(one.path, "ab") as f:
+        f.write(b'not json\n{"op": "add", "backend": {"url": 7}}\n')  # skipped, logged; the rest applies
         f.write(b'{"op": "drain", "url"')  # another worker's line, still being written
     other.catch_up()  # outside any loop: applied, the health rounds probe later
     added = pools[1].find(b)
