@@ -30,11 +30,16 @@ async def ready(request: web.Request) -> web.Response:
     return web.Response()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def floor_args(description: str | None) -> argparse.Namespace:
+    """Both floors' command line: where to listen, and the one backend."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--backend", required=True)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = floor_args(__doc__)
 
     async def start(app: web.Application) -> None:
         app[SESSION] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))

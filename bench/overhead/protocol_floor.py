@@ -6,11 +6,12 @@ it is its request path's own work, not Python's I/O."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 from urllib.parse import urlsplit
 
 import uvloop
+
+from bench.overhead.floor import floor_args
 
 
 class Engine(asyncio.Protocol):
@@ -82,10 +83,7 @@ async def serve(port: int, backend: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--backend", required=True)
-    args = parser.parse_args()
+    args = floor_args(__doc__)
     uvloop.run(serve(args.port, args.backend))
 
 
