@@ -497,7 +497,7 @@ class Attempt:
 
     def status_and_retry_after(self) -> tuple[int, str | None]:
         assert self.head is not None
-        return self.head.status, _get(self.head, b"retry-after")
+        return self.head.status, self.head.retry_after
 
     def head_timed_out(self, reason: str) -> None:
         if not self.head_fut.done():
@@ -946,13 +946,6 @@ def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
 
 
-def _get(head: ResponseHead, name: bytes) -> str | None:
-    for n, v in head.headers:
-        if n.lower() == name:
-            return v.decode("latin-1")
-    return None
-
-
 def _as_bytes(names: frozenset[str] | set[str]) -> frozenset[bytes]:
     return frozenset(n.encode("latin-1") for n in names)
 
@@ -962,7 +955,7 @@ DROP_DOWN = _as_bytes(NOT_FORWARDED_DOWN)
 
 def _down_fields(head: ResponseHead) -> list[tuple[bytes, bytes]]:
     """The engine's end-to-end headers for the client (proxy/forward.py's rule)."""
-    connection = _get(head, b"connection")
+    connection = head.connection
     drop = DROP_DOWN | {t.strip().lower().encode("latin-1") for t in connection.split(",")} if connection \
         else DROP_DOWN
-    return [(name, value) for name, value in head.headers if name.lower() not in drop]
+    return [field for field, lname in zip(head.headers, head.names, strict=True) if lname not in drop]

@@ -45,6 +45,12 @@ class ResponseHead:
     """The media type, lower case, without parameters."""
     content_length: int | None = None
     chunked: bool = False
+    retry_after: str | None = None
+    """The first Retry-After value."""
+    connection: str | None = None
+    """Every Connection field's options, joined (read in the same pass as the fields above)."""
+    names: list[bytes] = field(default_factory=list)
+    """`headers`' names in lower case, in the same order."""
 
     @property
     def event_stream(self) -> bool:
@@ -146,14 +152,21 @@ class UpstreamConnection(asyncio.Protocol):
             self._informational = True
             return
         head = ResponseHead(status, self._reason.decode("latin-1"), self._headers)
+        names = head.names
         for name, value in self._headers:
             lname = name.lower()
+            names.append(lname)
             if lname == b"content-type":
                 head.content_type = value.split(b";", 1)[0].strip().lower().decode("latin-1")
             elif lname == b"content-length":
                 head.content_length = int(value) if value.strip().isdigit() else None
             elif lname == b"transfer-encoding":
                 head.chunked = b"chunked" in value.lower()
+            elif lname == b"retry-after" and head.retry_after is None:
+                head.retry_after = value.decode("latin-1")
+            elif lname == b"connection":  # every Connection field's options count (RFC 9110 7.6.1)
+                text = value.decode("latin-1")
+                head.connection = f"{head.connection}, {text}" if head.connection else text
         self.head = head
         if self.sink is not None:
             self.sink.on_head(head)

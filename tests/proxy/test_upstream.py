@@ -112,3 +112,19 @@ async def test_an_informational_answer_is_skipped_for_the_final_one() -> None:
     sink, pool = await exchange(answer)
     assert (sink.ended.result(), sink.head.status, sink.body) == ("end", 201, b"ok")  # type: ignore[union-attr]
     pool.close()
+
+
+async def test_the_head_reads_retry_after_and_every_connection_option_in_its_one_pass() -> None:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n{}")
+        writer.write(b"HTTP/1.1 503 Busy\r\nRetry-After: 7\r\nConnection: X-Hop-A\r\nRETRY-AFTER: 9\r\n"
+                     b"connection: keep-alive, X-Hop-B\r\nX-Engine: vllm\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+
+    sink, pool = await exchange(answer)
+    head = sink.head
+    assert head is not None and sink.ended.result() == "end"
+    assert head.retry_after == "7"  # the first, as a lookup of the field would find
+    assert head.connection == "X-Hop-A, keep-alive, X-Hop-B"
+    assert head.names == [n.lower() for n, _ in head.headers]
+    pool.close()
