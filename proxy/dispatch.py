@@ -24,6 +24,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from policies.frozen import quick_init
 from policies.routing.base import BackendState, Decision, RequestInfo
 from proxy.breaker import Outcome, outcome_of_status
 from proxy.config import ProxyConfig
@@ -62,6 +63,7 @@ SHUTDOWN_CUT_STATUS = 503
 error event with code 503, or a 503)."""
 
 
+@quick_init
 @dataclass(frozen=True)
 class Forward:
     """What to send upstream for one client request."""

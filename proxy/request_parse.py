@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 import msgspec
 
+from policies.frozen import quick_init
 from policies.routing.base import RequestInfo
 from proxy.errors import ProxyError
 
@@ -18,6 +19,7 @@ MAX_JSON_DEPTH = 64
 engines parse the same body again)."""
 
 
+@quick_init
 @dataclass(frozen=True)
 class ParsedRequest:
     """A validated request: the body to forward as is, and the routing view of it."""

@@ -9,10 +9,13 @@ from typing import Any
 
 import msgspec
 
+from policies.frozen import quick_init
+
 TAIL_BYTES = 8192
 """How much of a response's end is kept: the usage chunk is the last event before [DONE]."""
 
 
+@quick_init
 @dataclass(frozen=True)
 class Usage:
     prompt_tokens: int

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from policies.frozen import quick_init
+
 
 class BackendState(enum.Enum):
     STARTING = "starting"  # registered, still loading weights or warming up: never routed to
@@ -22,6 +24,7 @@ class BackendState(enum.Enum):
     EJECTED = "ejected"  # circuit open after failures: only half-open probes reach it
 
 
+@quick_init
 @dataclass(frozen=True)
 class RequestInfo:
     """The parts of a request that routing needs. Every field may be absent."""
@@ -42,6 +45,7 @@ class RequestInfo:
     request_id: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True)
 class BackendView:
     """One backend as a policy sees it at decision time."""
@@ -74,6 +78,7 @@ class BackendView:
     """Age of the scraped metrics; None when never scraped."""
 
 
+@quick_init
 @dataclass(frozen=True)
 class Decision:
     index: int
