@@ -92,6 +92,8 @@ class Incoming:
 
     url: bytes = b""
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    names: list[bytes] = field(default_factory=list)
+    """`headers`' names in lower case, in the same order."""
     head_bytes: int = 0
     body: list[bytes] = field(default_factory=list)
     body_bytes: int = 0
@@ -259,6 +261,7 @@ class FrontProtocol(asyncio.Protocol):
         cur.headers.append((name, value))
         cur.head_bytes += len(name) + len(value) + 4
         lname = name.lower()
+        cur.names.append(lname)
         if lname in NOTED:
             cur.noted[lname] = value
             if lname in (b"x-flotilla-debug", b"upgrade") or (
@@ -687,7 +690,7 @@ class FastPath:
         p = self.proxy
         start = front.loop.time()
         headers: CIMultiDict[str] = CIMultiDict(
-            (n.decode("latin-1"), v.decode("latin-1")) for n, v in req.headers)
+            [(n.decode("latin-1"), v.decode("latin-1")) for n, v in req.headers])
         exchange = Exchange(self, front, req, headers, start)
         try:
             if p.access is not None and p.access.checks_clients:
@@ -735,10 +738,9 @@ class FastPath:
         connection = req.header(b"connection")
         drop = self._drop_up | {t.strip().lower() for t in connection.split(b",")} if connection else self._drop_up
         lines = []
-        for name, value in req.headers:
-            if name.lower() in drop:
-                continue
-            lines += [name, b": ", value, b"\r\n"]
+        for (name, value), lname in zip(req.headers, req.names, strict=True):
+            if lname not in drop:
+                lines += [name, b": ", value, b"\r\n"]
         lines += [b"X-Request-Id: ", request_id.encode("latin-1", "replace"), b"\r\n"]
         return b"".join(lines)
 
