@@ -115,7 +115,10 @@ class Backend:
     def view(self, index: int, now_s: float) -> BackendView:
         """This backend as policies see it. A view is rebuilt only when something in it changed
         (metrics age counts in AGE_RESOLUTION_S steps): a request changes one backend, not all."""
-        unseen_requests, unseen_tokens = self.unseen_requests, self.unseen_tokens
+        unseen_requests = unseen_tokens = 0
+        for requests, tokens in self.unseen.values():  # one pass for both (a view per request)
+            unseen_requests += requests
+            unseen_tokens += tokens
         in_flight, in_flight_tokens = self.total_in_flight()
         key = (index, self.state, self.spec, self.models, in_flight, in_flight_tokens, self.prefill_tokens,
                unseen_requests, unseen_tokens, self.sample, self.sample_time_s, int(now_s / AGE_RESOLUTION_S))

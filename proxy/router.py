@@ -28,7 +28,9 @@ class Router:
             self.policy.reset()
             self._generation = self.pool.generation
         backends = self.pool.backends
-        views = [v for v in self.pool.views(now_s, info.model) if backends[v.index] not in exclude]
+        views = self.pool.views(now_s, info.model)
+        if exclude:
+            views = [v for v in views if backends[v.index] not in exclude]
         if not views:
             return None
         decision = self.policy.select(views, info)
