@@ -70,6 +70,7 @@ def test_bodies_that_are_not_a_json_object_are_400(raw: bytes) -> None:
 @pytest.mark.parametrize("raw,param", [
     (b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}", None),  # past the interpreter's recursion limit
     (b'{"a": ' + b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1) + b"}", "a" + "[0]" * (MAX_JSON_DEPTH - 1)),
+    (b'{"a": ' + b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH + b"}", "a" + "[0]" * (MAX_JSON_DEPTH - 1)),
     (b'{"temperature": 1e400}', "temperature"),
     (b'{"messages": [{"x": [1, -Infinity]}]}', "messages[0].x[1]"),
     (b'{"top_p": NaN}', "top_p"),
@@ -78,6 +79,12 @@ def test_deep_nesting_and_numbers_that_are_not_finite_are_400_naming_where(raw: 
     with pytest.raises(ProxyError) as exc:
         load_json_object(raw)
     assert exc.value.status == 400 and exc.value.param == param
+
+
+def test_a_body_nested_just_within_the_limit_is_taken() -> None:
+    depth = MAX_JSON_DEPTH - 1
+    body = load_json_object(b'{"a": ' + b"[" * depth + b"]" * depth + b'}')
+    assert "a" in body
 
 
 @pytest.mark.parametrize("raw", [
