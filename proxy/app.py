@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import random
@@ -218,10 +217,15 @@ def generation_forward(p: Proxy, raw: bytes, body: dict, headers: Mapping[str, s
                        anthropic: bool = False, generates: bool = True) -> Forward:
     """What to forward for a generation request, from its parsed body (ProxyError for bad input);
     the one reading of a request that both the aiohttp handlers and the fast path use."""
-    adapters = frozenset().union(*(b.adapters for b in p.pool)) if len(p.pool) else frozenset()
-    parse = parse_anthropic_request if anthropic else functools.partial(parse_request, chat=chat)
-    parsed = parse(body, headers=headers, session_header=p.config.session_header,
-                   chars_per_token=p.config.chars_per_token, adapters=adapters)
+    # Parsing asks only whether the model is an adapter: name it alone, not every adapter's union.
+    named = body.get("model")
+    adapters = frozenset((named,)) if isinstance(named, str) and any(named in b.adapters for b in p.pool) \
+        else frozenset()
+    config = p.config
+    if anthropic:
+        parsed = parse_anthropic_request(body, headers, config.session_header, config.chars_per_token, adapters)
+    else:
+        parsed = parse_request(body, chat, headers, config.session_header, config.chars_per_token, adapters)
     if isinstance(p.policy, KVIndexUser):  # the KV index is keyed by the engine's own token ids
         ids = engine_anthropic_prompt_ids(body) if anthropic else engine_prompt_ids(body, chat)
         if ids:

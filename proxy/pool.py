@@ -209,8 +209,14 @@ class BackendPool:
 
     def is_unknown_model(self, model: str) -> bool:
         """True when every backend has said what it serves and none serves `model`."""
-        live = [b for b in self.backends if b.state is not BackendState.DRAINING]
-        return bool(live) and all(b.models and model not in b.models for b in live)
+        any_live = False
+        for b in self.backends:
+            if b.state is BackendState.DRAINING:
+                continue
+            if not b.models or model in b.models:
+                return False
+            any_live = True
+        return any_live
 
     def model_label(self, model: str | None) -> str:
         """`model` as a metric label: names no backend declares become "other", so clients
