@@ -267,7 +267,9 @@ class FrontProtocol(asyncio.Protocol):
             if lname in (b"x-flotilla-debug", b"upgrade") or (
                     lname == b"content-encoding" and value.strip().lower() not in (b"", b"identity")):
                 cur.plain = False
-        if (len(name) > MAX_FIELD_BYTES or len(value) > MAX_FIELD_BYTES or cur.head_bytes > MAX_HEAD_BYTES
+        # A head within one field's limit has no field past it: the full check runs past that size
+        if (cur.head_bytes > MAX_FIELD_BYTES or len(cur.headers) > MAX_HEADERS) and (
+                len(name) > MAX_FIELD_BYTES or len(value) > MAX_FIELD_BYTES or cur.head_bytes > MAX_HEAD_BYTES
                 or len(cur.headers) > MAX_HEADERS):
             self._raise(Refused(431, "The request headers are too large."))
 
