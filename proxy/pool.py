@@ -204,8 +204,11 @@ class BackendPool:
 
     def views(self, now_s: float, model: str | None = None) -> list[BackendView]:
         """Routable backends that serve `model` (or have not said what they serve), as policies see them."""
-        return [b.view(i, now_s) for i, b in enumerate(self.backends)
-                if b.is_routable(now_s) and (model is None or not b.models or model in b.models)]
+        views = []
+        for i, b in enumerate(self.backends):
+            if b.is_routable(now_s) and (model is None or not (serves := b.models) or model in serves):
+                views.append(b.view(i, now_s))
+        return views
 
     def is_unknown_model(self, model: str) -> bool:
         """True when every backend has said what it serves and none serves `model`."""
@@ -213,7 +216,8 @@ class BackendPool:
         for b in self.backends:
             if b.state is BackendState.DRAINING:
                 continue
-            if not b.models or model in b.models:
+            serves = b.models
+            if not serves or model in serves:
                 return False
             any_live = True
         return any_live
