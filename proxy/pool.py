@@ -80,13 +80,22 @@ class Backend:
         authorization = self.spec.authorization
         return {"Authorization": authorization} if authorization is not None else {}
 
+    def unseen_work(self) -> tuple[int, int]:
+        """Requests and reserved tokens picked since the last scrape was sent (one pass for both:
+        a view is built per request)."""
+        requests = tokens = 0
+        for r, t in self.unseen.values():
+            requests += r
+            tokens += t
+        return requests, tokens
+
     @property
     def unseen_requests(self) -> int:
-        return sum(v[0] for v in self.unseen.values())
+        return self.unseen_work()[0]
 
     @property
     def unseen_tokens(self) -> int:
-        return sum(v[1] for v in self.unseen.values())
+        return self.unseen_work()[1]
 
     @property
     def models(self) -> frozenset[str]:
@@ -115,10 +124,7 @@ class Backend:
     def view(self, index: int, now_s: float) -> BackendView:
         """This backend as policies see it. A view is rebuilt only when something in it changed
         (metrics age counts in AGE_RESOLUTION_S steps): a request changes one backend, not all."""
-        unseen_requests = unseen_tokens = 0
-        for requests, tokens in self.unseen.values():  # one pass for both (a view per request)
-            unseen_requests += requests
-            unseen_tokens += tokens
+        unseen_requests, unseen_tokens = self.unseen_work()
         in_flight, in_flight_tokens = self.total_in_flight()
         key = (index, self.state, self.spec, self.models, in_flight, in_flight_tokens, self.prefill_tokens,
                unseen_requests, unseen_tokens, self.sample, self.sample_time_s, int(now_s / AGE_RESOLUTION_S))

@@ -74,8 +74,7 @@ _usage_fields = msgspec.json.Decoder(_UsageFields)
 
 def usage_from_json(body: bytes) -> Usage | None:
     try:
-        f = _usage_fields.decode(body)
-        return _usage_of({"type": f.type, "message": f.message, "usage": f.usage, "timings": f.timings})
+        return _usage_of(msgspec.structs.asdict(_usage_fields.decode(body)))
     except msgspec.MsgspecError:
         pass
     try:

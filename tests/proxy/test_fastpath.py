@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from email.utils import parsedate_to_datetime
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from proxy.app import RunningProxy, start_proxy
@@ -171,12 +172,17 @@ async def test_a_middleware_the_fast_path_does_not_run_sends_every_request_throu
         await p.close()
 
 
+@pytest.mark.parametrize("extra", [
+    b"X-Big: " + b"a" * 9000 + b"\r\n",  # one field past its limit
+    b"".join(b"X-%d: a\r\n" % i for i in range(130)),  # more fields than 128, the head still short
+    b"".join(b"X-%d: %s\r\n" % (i, b"a" * 8000) for i in range(9)),  # every field within, the head past 64 KB
+])
 async def test_a_head_past_the_limits_gets_431_as_json_and_the_connection_closes(
-        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+        fake_backend: BackendFactory, proxy_for: ProxyFactory, extra: bytes) -> None:
     b = await fake_backend()
     p = await proxy_for([b])
     async with connected(p) as (reader, writer):
-        writer.write(post("/v1/completions", extra=b"X-Big: " + b"a" * 9000 + b"\r\n"))
+        writer.write(post("/v1/completions", extra=extra))
         status, headers, body = await read_response(reader)
         assert status == 431 and json.loads(body)["error"]["code"] == 431
         assert headers["connection"] == "close" and await reader.read() == b""
