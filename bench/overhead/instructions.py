@@ -168,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="markdown file whose instructions section is replaced")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
+    if args.no_floor and not args.policies:
+        parser.error("nothing to count: --no-floor with no --policies")
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind is not installed (Debian: apt install valgrind)", file=sys.stderr)
         return 2

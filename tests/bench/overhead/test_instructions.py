@@ -54,3 +54,9 @@ def test_the_floors_are_counted_under_callgrind_and_published(tmp_path: Path) ->
     # an aiohttp proxy parses, builds and schedules far more per request than two protocol callbacks
     assert set(per_request) == {"protocol floor", "aiohttp floor"}
     assert 0 < per_request["protocol floor"] < per_request["aiohttp floor"]
+
+
+def test_asking_to_count_nothing_is_a_usage_error() -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--no-floor", "--policies"])
+    assert exc.value.code == 2
