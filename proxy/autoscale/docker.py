@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,8 @@ from typing import Any
 import aiohttp
 
 from proxy.autoscale.actuator import Actuator, ActuatorError, ReplicaHandle
+
+log = logging.getLogger(__name__)
 
 API_VERSION = "v1.43"
 MANAGED_LABEL = "io.flotilla.autoscaler"
@@ -83,12 +86,16 @@ class DockerActuator(Actuator):
         return self._session
 
     async def _call(self, method: str, path: str, params: dict | None = None, body: dict | None = None,
-                    ok: tuple[int, ...] = (200, 201, 204)) -> Any:
-        """The decoded JSON answer (None when empty); ActuatorError for any other status."""
+                    ok: tuple[int, ...] = (200, 201, 204), gone_ok: bool = False) -> Any:
+        """The decoded JSON answer (None when empty); ActuatorError for any other status. With
+        `gone_ok`, a container that no longer exists answers None too: Docker says so with a 404,
+        podman with a 500 "no such container" (as when `docker compose down` removed it first)."""
         url = f"http://docker/{API_VERSION}{path}"
         try:
             async with self.session.request(method, url, params=params, json=body) as resp:
                 text = await resp.text()
+                if gone_ok and (resp.status == 404 or "no such container" in text.lower()):
+                    return None
                 if resp.status not in ok:
                     raise ActuatorError(f"docker {method} {path}: {resp.status} {_message(text)}")
                 return json.loads(text) if text.strip() else None
@@ -157,16 +164,24 @@ class DockerActuator(Actuator):
         self._stopping.add(replica_id)
         try:
             await self._call("POST", f"/containers/{replica_id}/stop", params={"t": str(int(grace_s))},
-                             ok=(204, 304, 404))
-            await self._call("DELETE", f"/containers/{replica_id}", params={"force": "true"}, ok=(204, 404))
+                             ok=(204, 304), gone_ok=True)
+            await self._call("DELETE", f"/containers/{replica_id}", params={"force": "true"}, gone_ok=True)
         finally:
             self._stopping.discard(replica_id)
         if replica_id in self._started:
             self._started.remove(replica_id)
 
     async def shutdown(self, grace_s: float = 10.0) -> None:
+        """Stop and remove every container started here; one that fails is logged, and the others
+        are still stopped and removed."""
         try:
-            await asyncio.gather(*(self.stop_replica(c, grace_s) for c in list(self._started)))
+            started = list(self._started)
+            results = await asyncio.gather(*(self.stop_replica(c, grace_s) for c in started), return_exceptions=True)
+            for container, result in zip(started, results, strict=True):
+                if isinstance(result, ActuatorError):
+                    log.warning("docker: container %s was not removed at shutdown: %s", container[:12], result)
+                elif isinstance(result, BaseException):
+                    raise result
         finally:
             if self._own_session and self._session is not None:
                 await self._session.close()

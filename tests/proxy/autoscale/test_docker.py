@@ -26,6 +26,8 @@ class FakeDocker:
     state: dict[str, str] = field(default_factory=dict)
     removing: asyncio.Event | None = None
     """When set, a remove waits for it: a stop caught between the container's exit and its removal."""
+    refuses: set[str] = field(default_factory=set)
+    """Containers whose stop fails with an error that does not say they are gone."""
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -71,11 +73,19 @@ class FakeDocker:
 
     async def stop(self, request: web.Request) -> web.Response:
         await self.record(request)
-        self.state[request.match_info["id"]] = "exited"
+        cid = request.match_info["id"]
+        if cid in self.refuses:
+            return web.json_response({"message": "container state improper"}, status=500)
+        if cid not in self.state:  # as podman's Docker API answers for a container removed already
+            return web.json_response({"message": f"container {cid} does not exist in database: no such container"},
+                                     status=500)
+        self.state[cid] = "exited"
         return web.Response(status=204)
 
     async def remove(self, request: web.Request) -> web.Response:
         await self.record(request)
+        if request.match_info["id"] not in self.state:
+            return web.json_response({"message": "no such container"}, status=404)
         if self.removing is not None:
             await self.removing.wait()
         self.state.pop(request.match_info["id"], None)
@@ -207,6 +217,21 @@ async def test_a_replica_being_stopped_is_not_reported_as_exited_on_its_own(dock
     await stopping
     assert fake.state == {}
     await actuator.shutdown()
+
+
+async def test_shutdown_removes_every_container_it_can_when_one_is_gone_or_refuses(docker, caplog):
+    # `docker compose down` removes the copies of a compose service too, racing the proxy's shutdown
+    fake, socket_path = docker
+    actuator = DockerActuator(DockerSettings(socket_path=socket_path, image="flotilla:latest", fleet="vllm"))
+    gone, refusing, kept = [(await actuator.start_replica()).replica_id for _ in range(3)]
+    del fake.state[gone]
+    fake.refuses.add(refusing)
+    await actuator.shutdown()
+    assert kept not in fake.state and ("DELETE", f"/v1.43/containers/{kept}") in [c[:2] for c in fake.calls]
+    assert fake.state == {refusing: "running"}
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"docker: container {refusing[:12]} was not removed at shutdown: docker POST /containers/{refusing}/stop: "
+        "500 container state improper"]
 
 
 async def test_an_api_error_names_the_call_and_the_engine_message(docker):
