@@ -116,6 +116,7 @@ class Proxy:
         return self.kv_events.run()
 
     async def stop(self) -> None:
+        self.metrics.flush()
         for task in self.tasks:
             task.cancel()
         for task in self.tasks:

@@ -434,6 +434,7 @@ def attach(app: web.Application, ctx: WorkerContext) -> Coordinator:
     coordinator = Coordinator(ctx.run_dir, proxy.pool, proxy.config.scrape_interval_s,
                               on_lead=lambda: leader.set(1))
     proxy.scrape_loop = coordinator.run
+    coordinator.every_round.append(proxy.metrics.flush)  # this worker's tally into the shared files
     if proxy.admin is not None:
         journal = proxy.admin.shared = AdminJournal(ctx.run_dir, proxy.pool, proxy.probe_now)
         coordinator.every_round.append(journal.catch_up)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import Histogram
+from prometheus_client.registry import Collector
 
 from policies.scaling import create_policy
 from policies.scaling.base import ScalingPolicy
@@ -91,7 +91,7 @@ class AutoscaleRuntime:
     autoscaler: Autoscaler | None = None
     session: aiohttp.ClientSession | None = None
     task: asyncio.Task | None = None
-    ttft: Histogram | None = None
+    ttft: Collector | None = None
     """What `start` reads TTFT from (set when attached)."""
     leader_only: bool = False
     """A worker of `flotilla proxy --workers N`: the loop starts only when this worker leads
@@ -110,7 +110,7 @@ class AutoscaleRuntime:
         if self.autoscaler is not None:
             self.autoscaler.request_replica()
 
-    async def start(self, ttft_histogram: Histogram | None) -> None:
+    async def start(self, ttft_histogram: Collector | None) -> None:
         self.session = aiohttp.ClientSession()
         held = self.total_held or (lambda: self.holder.held)  # read at sample time
         source: SignalSource
@@ -162,7 +162,7 @@ def attach(app: web.Application, config: AutoscaleConfig, pool: BackendPool | No
 
     app.middlewares.append(hold_middleware(runtime.holder, arrive, lambda: runtime.session))
     app[AUTOSCALER_KEY] = runtime
-    _run_with(app, runtime, proxy.metrics.ttft)
+    _run_with(app, runtime, proxy.metrics.ttft_read())
     return runtime
 
 
@@ -187,7 +187,7 @@ def attach_prefill_pool(app: web.Application, config: AutoscaleConfig,
     return runtime
 
 
-def _run_with(app: web.Application, runtime: AutoscaleRuntime, ttft: Histogram | None) -> None:
+def _run_with(app: web.Application, runtime: AutoscaleRuntime, ttft: Collector | None) -> None:
     """The runtime's loop lives as long as the app: started (reading `ttft`) on startup, stopped on cleanup."""
 
     runtime.ttft = ttft

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from prometheus_client import Histogram
+from prometheus_client.registry import Collector
 
 from flotilla.errors import FlagError
 from policies.routing.base import BackendState
@@ -77,7 +77,7 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     return lower_bound
 
 
-def cumulative_buckets(histogram: Histogram) -> dict[float, float]:
+def cumulative_buckets(histogram: Collector) -> dict[float, float]:
     """upper bound -> cumulative count, summed over every label set of a histogram."""
     totals: dict[float, float] = {}
     for family in histogram.collect():
@@ -117,7 +117,7 @@ class PoolSignals:
 
     pool: BackendPool
     arrivals: ArrivalCounter
-    ttft: Histogram | None = None
+    ttft: Collector | None = None
     """The proxy's time-to-first-token histogram; percentiles cover the time since the last sample."""
     held: Callable[[], int] = lambda: 0
     """Requests the proxy holds while no replica is ready: they are waiting too."""

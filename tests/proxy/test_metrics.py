@@ -3,8 +3,10 @@ import subprocess
 
 import aiohttp
 import pytest
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
+from proxy.metrics import LATENCY_BUCKETS_S, TTFT_BUCKETS_S, RouterMetrics
 from tests.proxy.conftest import BackendFactory, ProxyFactory
 
 
@@ -41,3 +43,47 @@ async def test_promtool_accepts_the_exposition(fake_backend: BackendFactory, pro
     text = await _exposition(fake_backend, proxy_for)
     out = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _samples(registry: CollectorRegistry) -> dict[tuple[str, tuple], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for m in registry.collect() for s in m.samples
+            if not s.name.endswith("_created")}
+
+
+def test_the_tally_folds_in_as_observing_each_request_would() -> None:
+    # Values on, between and beyond the buckets' bounds: each lands where observe() files it.
+    latencies = [0.0, 0.005, 0.0051, 0.3, 2.5, 700.0, 0.01]
+    ttfts = [0.001, 0.0011, 0.5, None, 200.0, 0.0, 0.02]
+    tallied = RouterMetrics()
+    direct = CollectorRegistry()
+    requests = Counter("flotilla_requests", "", ["model", "backend", "status"], registry=direct)
+    latency = Histogram("flotilla_request_latency_seconds", "", ["model"], buckets=LATENCY_BUCKETS_S,
+                        registry=direct)
+    ttft = Histogram("flotilla_time_to_first_token_seconds", "", ["model"], buckets=TTFT_BUCKETS_S,
+                     registry=direct)
+    decisions = Counter("flotilla_routing_decisions", "", ["policy", "rule"], registry=direct)
+    for i, (latency_s, ttft_s) in enumerate(zip(latencies, ttfts, strict=True)):
+        model, status = ("m", 200) if i % 3 else ("n", 503)
+        tallied.request_done(model, "http://b", status, latency_s, ttft_s)
+        tallied.decision("p", "r")
+        requests.labels(model, "http://b", str(status)).inc()
+        latency.labels(model).observe(latency_s)
+        if ttft_s is not None:
+            ttft.labels(model).observe(ttft_s)
+        decisions.labels("p", "r").inc()
+        if i == 3:  # a read in between: folded once, not twice
+            tallied.exposition()
+    tallied.exposition()
+    got = _samples(tallied.registry)
+    want = _samples(direct)
+    assert want and all(got[key] == pytest.approx(value) for key, value in want.items())
+    assert tallied.ttft_read().collect()  # the autoscaler's read folds in and sees the histogram
+
+
+def test_nothing_is_counted_before_the_tally_is_read() -> None:
+    metrics = RouterMetrics()
+    metrics.request_done("m", "http://b", 200, 0.1, 0.01)
+    key = ("flotilla_requests_total", (("backend", "http://b"), ("model", "m"), ("status", "200")))
+    assert key not in _samples(metrics.registry)  # not folded in yet: the request path took no lock
+    list(metrics.ttft_read().collect())
+    assert _samples(metrics.registry)[key] == 1

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import aiohttp
 import pytest
 from aiohttp import web
 
-from proxy.usage import Usage, UsageEventFilter, usage_from_json, usage_from_sse_tail
+from proxy.usage import Usage, UsageEventFilter, _usage_of, usage_from_json, usage_from_sse_tail
 from tests.conftest import DATA
 
 REAL = DATA / "real-engines"
@@ -151,3 +152,23 @@ def test_anthropic_usage_counts_cache_reads_and_writes_as_prompt_and_is_found_in
               b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
     assert usage_from_sse_tail(stream) == Usage(prompt_tokens=12, cached_tokens=3, reports_cache=True)
     assert usage_from_json(b'{"usage":{"input_tokens":"many"}}') is None
+
+
+@pytest.mark.parametrize("body", [
+    b'{"usage":{"prompt_tokens":11,"prompt_tokens_details":{"cached_tokens":4}}}',
+    b'{"usage":{"prompt_tokens":11,"prompt_tokens_details":{}},"timings":{"cache_n":7}}',
+    b'{"usage":{"prompt_tokens":11,"prompt_tokens_details":{"cached_tokens":null}},"timings":{"cache_n":"7"}}',
+    b'{"usage":{"prompt_tokens":11,"prompt_tokens_details":{"cached_tokens":2.0}},"timings":{"cache_n":3}}',
+    b'{"usage":{"prompt_tokens":true,"prompt_tokens_details":{"cached_tokens":true}}}',
+    b'{"usage":{"prompt_tokens":11,"input_tokens":5}}',
+    b'{"usage":{"prompt_tokens":11,"input_tokens":null}}',
+    b'{"usage":{"prompt_tokens":11},"type":"message","message":null}',
+    b'{"usage":{"prompt_tokens":11,"prompt_tokens_details":5}}',
+    b'{"usage":{"prompt_tokens":"11"}}',
+    b'{"usage":null}',
+    b'{"choices":[]}',
+])
+def test_the_typed_reading_agrees_with_the_general_one(body: bytes) -> None:
+    # The typed decoder reads the common answer; whatever it refuses falls to the general reading,
+    # so both must agree on every shape (from the general reading of the same document).
+    assert usage_from_json(body) == _usage_of(json.loads(body))
