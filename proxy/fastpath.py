@@ -104,6 +104,9 @@ class Incoming:
     """The last value of each header in NOTED, by lower-case name (read once, while parsing)."""
     plain: bool = True
     """No header that sends the request to aiohttp (a coding, x-flotilla-debug, Upgrade)."""
+    up: list[bytes] = field(default_factory=list)
+    """The header lines for the engine, as they arrive: every field but those always dropped
+    (a `Connection` header may name more: `FastPath.upstream_fields`)."""
 
     def header(self, name: bytes) -> bytes | None:
         return self.noted.get(name)
@@ -122,15 +125,22 @@ class Incoming:
 
 
 def response_head(status: int, reason: str, fields: list[tuple[bytes, bytes]] | list[tuple[str, str]],
-                  close: bool) -> bytes:
-    parts = [b"HTTP/1.1 %d %s\r\n" % (status, (reason or _phrase(status)).encode("latin-1", "replace"))]
+                  close: bool, lines: bytes = b"") -> bytes:
+    """A response's head: `fields`, then header `lines` already formatted (each ending in CRLF)."""
+    parts = [b"HTTP/1.1 %d %s\r\n" % (status, (reason or _phrase(status)).encode("latin-1", "replace")),
+             header_lines(fields), lines]
+    if close:
+        parts.append(b"Connection: close\r\n")
+    parts += [b"Date: ", http_date(), b"\r\n\r\n"]
+    return b"".join(parts)
+
+
+def header_lines(fields: list[tuple[bytes, bytes]] | list[tuple[str, str]]) -> bytes:
+    parts = []
     for name, value in fields:
         n = name.encode("latin-1") if isinstance(name, str) else name
         v = value.encode("latin-1", "replace") if isinstance(value, str) else value
         parts += [n, b": ", v, b"\r\n"]
-    if close:
-        parts.append(b"Connection: close\r\n")
-    parts += [b"Date: ", http_date(), b"\r\n\r\n"]
     return b"".join(parts)
 
 
@@ -262,6 +272,8 @@ class FrontProtocol(asyncio.Protocol):
         cur.head_bytes += len(name) + len(value) + 4
         lname = name.lower()
         cur.names.append(lname)
+        if lname not in self.fast._drop_up:
+            cur.up.append(b"".join((name, b": ", value, b"\r\n")))
         if lname in NOTED:
             cur.noted[lname] = value
             if lname in (b"x-flotilla-debug", b"upgrade") or (
@@ -628,6 +640,8 @@ class FastPath:
         self._enabled: bool | None = None if config.fast_path else False
         self._dispatcher: Dispatcher | None = None
         self._static: list[tuple[str, str]] = []
+        self._static_lines = b""
+        """`_static` as header lines."""
         # Expect too: the whole body is here already, the engine need not invite it
         self._drop_up = _as_bytes(NOT_FORWARDED_UP | {"expect", "x-request-id"} | (
             {"authorization", "x-api-key"} if config.limits.api_keys else set()))
@@ -670,6 +684,7 @@ class FastPath:
             self._enabled = self._app_is_plain()
             self._dispatcher = self.proxy.dispatcher
             self._static = list(self.proxy.response_headers.items())
+            self._static_lines = header_lines(self._static)
         return self._enabled
 
     def _app_is_plain(self) -> bool:
@@ -735,16 +750,17 @@ class FastPath:
             t = self.targets[backend.url] = target_of(backend.url)
         return t
 
-    def upstream_fields(self, req: Incoming, request_id: str) -> bytes:
+    def upstream_fields(self, req: Incoming, request_id_line: bytes) -> bytes:
         """The client's end-to-end header lines for the engine (proxy/forward.py's rule)."""
         connection = req.header(b"connection")
-        drop = self._drop_up | {t.strip().lower() for t in connection.split(b",")} if connection else self._drop_up
-        lines = []
-        for (name, value), lname in zip(req.headers, req.names, strict=True):
-            if lname not in drop:
-                lines += [name, b": ", value, b"\r\n"]
-        lines += [b"X-Request-Id: ", request_id.encode("latin-1", "replace"), b"\r\n"]
-        return b"".join(lines)
+        named = {t.strip().lower() for t in connection.split(b",")} - self._drop_up if connection else None
+        if named:  # it names end-to-end fields hop-by-hop for this request: drop them too
+            drop = self._drop_up | named
+            lines = [b"".join((name, b": ", value, b"\r\n"))
+                     for (name, value), lname in zip(req.headers, req.names, strict=True) if lname not in drop]
+        else:
+            lines = req.up
+        return b"".join(lines) + request_id_line
 
 
 class Exchange:
@@ -767,9 +783,10 @@ class Exchange:
         assert d is not None
         return d
 
-    def answer(self, status: int, reason: str, fields: list[Any], body: bytes) -> None:
-        fields = [*fields, *self.fast._static, ("Content-Length", str(len(body)))]
-        self.front.write(response_head(status, reason, fields, not self.keep_alive) + body)
+    def answer(self, status: int, reason: str, fields: list[Any], body: bytes, lines: bytes = b"") -> None:
+        """A whole answer: `fields`, header `lines`, the static headers, and its length."""
+        lines += self.fast._static_lines + b"Content-Length: %d\r\n" % len(body)
+        self.front.write(response_head(status, reason, fields, not self.keep_alive, lines) + body)
         self.sent = True
 
     def answer_error(self, exc: ProxyError, default_headers: dict[str, str]) -> None:
@@ -783,14 +800,15 @@ class Exchange:
         config = d.config
         deadline = self.start + config.timeouts.total_s
         request_id = fwd.request_id or self.headers.get("x-request-id") or new_request_id()
-        fields = self.fast.upstream_fields(self.req, request_id)
+        id_line = b"X-Request-Id: " + request_id.encode("latin-1", "replace") + b"\r\n"
+        fields = self.fast.upstream_fields(self.req, id_line)
         await d.attempts(
             fwd,
             send=lambda backend: self._send(backend, fwd, fields, deadline),
             head_of=Attempt.status_and_retry_after,
             keep=self._keep_answer,
             relay=lambda attempt, backend, decision, reservation: self._relay(
-                fwd, attempt, backend, decision, reservation, request_id, deadline),
+                fwd, attempt, backend, decision, reservation, id_line, deadline),
             give_up=lambda tried, failure, answer: self._give_up(fwd, tried, failure, answer, request_id))
 
     async def _send(self, backend: Backend, fwd: Forward, fields: bytes, deadline: float) -> Attempt:
@@ -856,15 +874,16 @@ class Exchange:
         self.answer_error(err, {"X-Request-Id": request_id, "x-flotilla-backend": backend})
 
     async def _relay(self, fwd: Forward, attempt: Attempt, backend: Backend, decision: Decision,
-                     reservation: Reservation, request_id: str, deadline: float) -> None:
+                     reservation: Reservation, id_line: bytes, deadline: float) -> None:
         d = self.d
         head = attempt.head
         assert head is not None
         front = self.front
         timeouts = d.config.timeouts
-        fields: list[Any] = [*_down_fields(head), ("x-flotilla-backend", backend.url), ("X-Request-Id", request_id)]
+        fields = _down_fields(head)
+        lines = b"x-flotilla-backend: " + backend.url.encode("latin-1", "replace") + b"\r\n" + id_line
         if fwd.debug:
-            fields.append(("x-flotilla-rule", decision.rule))
+            lines += b"x-flotilla-rule: " + decision.rule.encode("latin-1", "replace") + b"\r\n"
         result = RelayResult(completed=False)
         whole = head.content_length is not None and head.content_length <= WHOLE_BODY_MAX_BYTES \
             and not head.event_stream
@@ -878,14 +897,13 @@ class Exchange:
                     raise ProxyError(502, f"The backend failed mid-response: {result.error}.",
                                      headers={"x-flotilla-backend": backend.url})
                 if not result.client_gone:
-                    self.answer(head.status, head.reason, fields, result.body or b"")
+                    self.answer(head.status, head.reason, fields, result.body or b"", lines)
                     result.first_byte_at_s = front.loop.time()
                 return
-            if not chunked:
-                fields.append(("Content-Length", str(head.content_length)))
-            else:
-                fields.append(("Transfer-Encoding", "chunked"))
-            front.write(response_head(head.status, head.reason, [*fields, *self.fast._static], not self.keep_alive))
+            length = None if chunked else head.content_length
+            lines += b"Transfer-Encoding: chunked\r\n" if length is None else b"Content-Length: %d\r\n" % length
+            front.write(response_head(head.status, head.reason, fields, not self.keep_alive,
+                                      lines + self.fast._static_lines))
             self.sent = True
             relay = Relay(front, chunked, fwd.strip_usage and head.event_stream,
                           fwd.accounts_usage and not head.event_stream, timeouts.client_write_s)

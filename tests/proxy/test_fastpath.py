@@ -111,6 +111,21 @@ async def test_a_chunked_request_body_reaches_the_engine_whole(fake_backend: Bac
     assert b.received == 1 and "Transfer-Encoding" not in b.request_headers[0]
 
 
+@pytest.mark.parametrize("connection", [b"", b"Connection: keep-alive\r\n", b"Connection: X-Hop, keep-alive\r\n"])
+async def test_the_engine_gets_the_clients_end_to_end_headers_and_none_its_connection_names(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory, connection: bytes) -> None:
+    b = await fake_backend()
+    p = await proxy_for([b])
+    async with connected(p) as (reader, writer):
+        writer.write(post("/v1/completions", extra=b"X-Hop: 1\r\nX-Keep: 2\r\nKeep-Alive: 5\r\n" + connection))
+        status, _, _ = await read_response(reader)
+    assert status == 200
+    seen = b.request_headers[0]
+    assert seen["X-Keep"] == "2" and seen["Content-Type"] == "application/json" and seen["X-Request-Id"]
+    assert "Keep-Alive" not in seen and "Transfer-Encoding" not in seen
+    assert ("X-Hop" in seen) == (b"X-Hop" not in connection)  # a field the Connection header names is hop-by-hop
+
+
 async def test_expect_100_continue_gets_continue_before_the_body_is_sent(fake_backend: BackendFactory,
                                                                         proxy_for: ProxyFactory) -> None:
     b = await fake_backend()
