@@ -90,6 +90,24 @@ async def test_a_session_sticks_to_one_backend_through_either_worker(engines) ->
         assert len(set(backends)) == 1 and backends[0] in engines
 
 
+async def test_metrics_read_through_either_worker_count_every_workers_requests(engines) -> None:
+    async with workers_proxy(engines, "round-robin") as url:
+        workers: list[str] = []
+        while len(workers) < 6 or len(set(workers)) < 2:
+            assert len(workers) < 40, f"every request went to worker {workers}"
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s:
+                async with s.post(url + "/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 1}) as r:
+                    assert r.status == 200, await r.text()
+                    workers.append(r.headers[WORKER_HEADER])
+
+        async def counted(name: str) -> bool:  # each worker folds its tally in every scrape round
+            _, samples = await metrics(url)
+            return sum(v for (n, _), v in samples.items() if n == name) == len(workers)
+        for name in ("flotilla_requests_total", "flotilla_request_latency_seconds_count",
+                     "flotilla_routing_decisions_total"):
+            await wait_until(lambda name=name: counted(name), what=f"{name} from both workers")
+
+
 async def test_workers_in_flight_adds_up_to_what_the_engines_run(engines) -> None:
     async with workers_proxy(engines, "least-outstanding") as url, aiohttp.ClientSession() as client:
         async def totals() -> tuple[dict[str, float], dict[str, float]]:
