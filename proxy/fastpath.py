@@ -190,6 +190,8 @@ class FrontProtocol(asyncio.Protocol):
         self.task: asyncio.Task | None = None
         self.attempt: Attempt | None = None
         """The attempt whose body is being relayed to this client (write flow control)."""
+        self.head_wait: Attempt | None = None
+        """The attempt waiting for its answer's head (its first-byte deadline, checked by the sweep)."""
         self.refused: Refused | None = None
         self.cut_by_shutdown = False
         self.deadline: float | None = None
@@ -480,6 +482,10 @@ class Attempt:
         self.paused = False
         self.timer: asyncio.TimerHandle | None = None
         self.stall_timer: asyncio.TimerHandle | None = None
+        self.head_due = float("inf")
+        """Loop time by which the answer's head must have come."""
+        self.head_late = "first_byte_timeout"
+        """The failure's reason when it does not."""
 
     # ResponseSink
 
@@ -647,9 +653,10 @@ class FastPath:
             {"authorization", "x-api-key"} if config.limits.api_keys else set()))
         self.fronts: set[FrontProtocol] = set()
         self._sweeping: asyncio.TimerHandle | None = None
-        lim = config.limits
+        lim, timeouts = config.limits, config.timeouts
         self.tick_s = max(0.01, min(1.0, lim.header_timeout_s / 10, lim.body_timeout_s / 10,
-                                    lim.keepalive_timeout_s / 10))
+                                    lim.keepalive_timeout_s / 10, timeouts.first_byte_s / 10,
+                                    timeouts.total_s / 10))
         """How often deadlines are checked: a timeout fires within a tenth of itself (at most 1 s late)."""
 
     def protocol(self, server: GuardedServer) -> FrontProtocol:
@@ -674,6 +681,9 @@ class FastPath:
         for front in list(self.fronts):
             if front.deadline is not None and front.deadline <= now:
                 front.overdue(now)
+            waiting = front.head_wait
+            if waiting is not None and waiting.head_due <= now:
+                waiting.head_timed_out(waiting.head_late)
         self._sweeping = loop.call_later(self.tick_s, self.sweep, loop) if self.fronts else None
 
     def enabled(self) -> bool:
@@ -836,16 +846,16 @@ class Exchange:
         conn.send(b"".join((fwd.method.encode(), b" ", target.base_path.encode(), fwd.path_qs.encode(),
                             b" HTTP/1.1\r\nHost: ", target.host_header, b"\r\n", fields, auth_line,
                             b"Content-Length: %d\r\n\r\n" % len(body))), body, attempt)
-        first_byte_deadline = min(deadline, loop.time() + timeouts.first_byte_s)
-        attempt.timer = loop.call_at(first_byte_deadline, attempt.head_timed_out,
-                                     "total_timeout" if first_byte_deadline == deadline else "first_byte_timeout")
+        attempt.head_due = min(deadline, loop.time() + timeouts.first_byte_s)
+        attempt.head_late = "total_timeout" if attempt.head_due == deadline else "first_byte_timeout"
+        self.front.head_wait = attempt  # FastPath.sweep times it out: no timer made and cancelled per request
         try:
             await attempt.head_fut
         except BaseException:
             conn.abort()
             raise
         finally:
-            attempt.timer.cancel()
+            self.front.head_wait = None
         return attempt
 
     async def _keep_answer(self, attempt: Attempt, backend: Backend, reservation: Reservation) -> RetryableAnswer:
