@@ -50,7 +50,9 @@ class _ModelTally:
 
 def _add_observations(child: Histogram, counts: list[int], total: float) -> None:
     """Fold bucket counts and their sum into a histogram child: what that many `observe` calls
-    would have added (its per-bucket values, as prometheus_client keeps them)."""
+    would have added. prometheus_client has no public call for it, so this writes the child's
+    per-bucket values and its sum (`_buckets`, `_sum`, unchanged for years); tests/proxy/test_metrics.py
+    compares the result with observing each value, so a change there fails a test, not a scrape."""
     if not any(counts):
         return
     for bucket, n in zip(child._buckets, counts, strict=True):
