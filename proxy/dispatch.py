@@ -154,7 +154,8 @@ class Dispatcher:
         answer: RetryableAnswer | None = None
         retry_after_s: float | None = None
         for attempt in range(self.config.retry.max_attempts):
-            picked = self.router.pick(fwd.info, self.clock(), exclude=[*tried, *self._not_serving(fwd)])
+            exclude = [*tried, *self._not_serving(fwd)] if tried or fwd.flavors is not None else ()
+            picked = self.router.pick(fwd.info, self.clock(), exclude=exclude)
             if picked is None:
                 break
             if attempt:

@@ -121,28 +121,30 @@ class Backend:
         if self.shared is not None:
             self.shared.publish(self.shared_slot, self.in_flight, self.in_flight_tokens)
 
-    def view(self, index: int, now_s: float) -> BackendView:
+    def view(self, index: int, now_s: float, models: frozenset[str] | None = None) -> BackendView:
         """This backend as policies see it. A view is rebuilt only when something in it changed
         (metrics age counts in AGE_RESOLUTION_S steps): a request changes one backend, not all."""
         unseen_requests, unseen_tokens = self.unseen_work()
         in_flight, in_flight_tokens = self.total_in_flight()
-        key = (index, self.state, self.spec, self.models, in_flight, in_flight_tokens, self.prefill_tokens,
+        models = self.models if models is None else models  # `models`: the caller's reading of it
+        key = (index, self.state, self.spec, models, in_flight, in_flight_tokens, self.prefill_tokens,
                unseen_requests, unseen_tokens, self.sample, self.sample_time_s, int(now_s / AGE_RESOLUTION_S))
         view = self._view
         if key != self._view_key or view is None:
-            view = self._build_view(index, now_s, unseen_requests, unseen_tokens, in_flight, in_flight_tokens)
+            view = self._build_view(index, now_s, models, unseen_requests, unseen_tokens, in_flight,
+                                    in_flight_tokens)
             self._view_key, self._view = key, view
         return view
 
-    def _build_view(self, index: int, now_s: float, unseen_requests: int, unseen_tokens: int,
-                    in_flight: int, in_flight_tokens: int) -> BackendView:
+    def _build_view(self, index: int, now_s: float, models: frozenset[str], unseen_requests: int,
+                    unseen_tokens: int, in_flight: int, in_flight_tokens: int) -> BackendView:
         s = self.sample
         capacity = s.cache_capacity_tokens if s else None
         kv = s.kv_cache_usage if s else None
         if kv is not None and capacity:
             kv = min(1.0, kv + unseen_tokens / capacity)
         return BackendView(
-            index=index, url=self.url, state=self.state, weight=self.spec.weight, models=self.models,
+            index=index, url=self.url, state=self.state, weight=self.spec.weight, models=models,
             in_flight=in_flight, in_flight_tokens=in_flight_tokens,
             prefill_tokens=self.prefill_tokens,
             num_requests_running=s.num_requests_running if s else None,
@@ -212,8 +214,9 @@ class BackendPool:
         """Routable backends that serve `model` (or have not said what they serve), as policies see them."""
         views = []
         for i, b in enumerate(self.backends):
-            if b.is_routable(now_s) and (model is None or not (serves := b.models) or model in serves):
-                views.append(b.view(i, now_s))
+            serves = b.models
+            if b.is_routable(now_s) and (model is None or not serves or model in serves):
+                views.append(b.view(i, now_s, serves))
         return views
 
     def is_unknown_model(self, model: str) -> bool:
