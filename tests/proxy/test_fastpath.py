@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import json
 from collections.abc import AsyncIterator
 from email.utils import parsedate_to_datetime
@@ -81,6 +82,27 @@ async def test_completions_stay_on_the_fast_path_and_another_route_hands_the_con
         status, headers, _ = await read_response(reader)
         assert status == 200 and headers["x-flotilla-backend"] == b.url
     assert b.received == 4
+
+
+@pytest.mark.parametrize("head", [b"Content-Encoding: gzip\r\nContent-Encoding: identity\r\n",
+                                  b"Content-Encoding: identity\r\nX-Flotilla-Debug: 1\r\n",
+                                  b"Upgrade: h2c\r\n"])
+async def test_a_coding_in_any_field_or_a_debug_or_upgrade_header_goes_to_aiohttp(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory, head: bytes) -> None:
+    p = await proxy_for([await fake_backend()])
+    async with connected(p) as (reader, writer):
+        writer.write(post("/v1/completions", gzip.compress(BODY) if b"gzip" in head else BODY, extra=head))
+        await read_response(reader)
+        assert kinds(p) == (0, 1)  # not the fast path's: it never undoes a coding
+
+
+async def test_an_identity_coding_stays_on_the_fast_path(fake_backend: BackendFactory,
+                                                         proxy_for: ProxyFactory) -> None:
+    p = await proxy_for([await fake_backend()])
+    async with connected(p) as (reader, writer):
+        writer.write(post("/v1/completions", extra=b"Content-Encoding: identity\r\n"))
+        status, _, _ = await read_response(reader)
+        assert status == 200 and kinds(p) == (1, 0)
 
 
 async def test_pipelined_requests_are_answered_in_order_across_both_paths(
