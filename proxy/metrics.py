@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
@@ -46,6 +47,17 @@ class _ModelTally:
         self.latency_sum = 0.0
         self.ttft = [0] * len(_TTFT_BOUNDS)
         self.ttft_sum = 0.0
+
+
+M = TypeVar("M", bound=MetricWrapperBase)
+
+
+def _child(cache: dict[tuple[str, ...], M], metric: M, *labels: str) -> M:
+    """`metric.labels(*labels)`, cached: `labels()` takes a lock and validates on every call."""
+    child = cache.get(labels)
+    if child is None:
+        child = cache[labels] = metric.labels(*labels)
+    return child
 
 
 def _add_observations(child: Histogram, counts: list[int], total: float) -> None:
@@ -84,9 +96,10 @@ class RouterMetrics:
                                 ["backend"], registry=r, multiprocess_mode="mostrecent")
         self.state = Gauge("flotilla_backend_state", "1 for the state each backend is in",
                            ["backend", "state"], registry=r, multiprocess_mode="mostrecent")
-        self._requests_by_key: dict[tuple[str, str, int], Counter] = {}
-        self._by_model: dict[str, tuple[Histogram, Histogram]] = {}
-        self._decisions_by_key: dict[tuple[str, str], Counter] = {}
+        self._requests_by_key: dict[tuple[str, ...], Counter] = {}
+        self._latency_by_model: dict[tuple[str, ...], Histogram] = {}
+        self._ttft_by_model: dict[tuple[str, ...], Histogram] = {}
+        self._decisions_by_key: dict[tuple[str, ...], Counter] = {}
         self._pending_requests: dict[tuple[str, str, int], int] = {}
         self._pending_by_model: dict[str, _ModelTally] = {}
         self._pending_decisions: dict[tuple[str, str], int] = {}
@@ -98,7 +111,8 @@ class RouterMetrics:
             "flotilla_prefix_cache_observed_tokens",
             "Prompt tokens the engine reported serving from its prefix cache, for the same requests",
             ["backend"], registry=r)
-        self._prefix_by_backend: dict[str, tuple[Counter, Counter]] = {}
+        self._predicted_by_backend: dict[tuple[str, ...], Counter] = {}
+        self._observed_by_backend: dict[tuple[str, ...], Counter] = {}
         self.client_disconnects = Counter("flotilla_client_disconnects",
                                           "Requests whose client went away before the end", registry=r)
 
@@ -118,28 +132,17 @@ class RouterMetrics:
             tally.ttft_sum += ttft_s
 
     def flush(self) -> None:
-        """Fold the tally into the Prometheus metrics. Label children are cached: `labels()` takes
-        a lock and validates on every call."""
+        """Fold the tally into the Prometheus metrics."""
         requests, self._pending_requests = self._pending_requests, {}
-        for key, n in requests.items():
-            counter = self._requests_by_key.get(key)
-            if counter is None:
-                model, backend, status = key
-                counter = self._requests_by_key[key] = self.requests.labels(model, backend, str(status))
-            counter.inc(n)
+        for (model, backend, status), n in requests.items():
+            _child(self._requests_by_key, self.requests, model, backend, str(status)).inc(n)
         by_model, self._pending_by_model = self._pending_by_model, {}
         for model, tally in by_model.items():
-            pair = self._by_model.get(model)
-            if pair is None:
-                pair = self._by_model[model] = (self.latency.labels(model), self.ttft.labels(model))
-            _add_observations(pair[0], tally.latency, tally.latency_sum)
-            _add_observations(pair[1], tally.ttft, tally.ttft_sum)
+            _add_observations(_child(self._latency_by_model, self.latency, model), tally.latency, tally.latency_sum)
+            _add_observations(_child(self._ttft_by_model, self.ttft, model), tally.ttft, tally.ttft_sum)
         decisions, self._pending_decisions = self._pending_decisions, {}
         for (policy, rule), n in decisions.items():
-            child = self._decisions_by_key.get((policy, rule))
-            if child is None:
-                child = self._decisions_by_key[(policy, rule)] = self.decisions.labels(policy, rule)
-            child.inc(n)
+            _child(self._decisions_by_key, self.decisions, policy, rule).inc(n)
 
     def ttft_read(self) -> Flushed:
         """The TTFT histogram as the autoscaler reads it: with the tally folded in first."""
@@ -147,12 +150,8 @@ class RouterMetrics:
 
     def prefix_prediction(self, backend: str, predicted_tokens: int, observed_tokens: int) -> None:
         """One request's predicted and reported prefix-cache hit, in tokens."""
-        children = self._prefix_by_backend.get(backend)
-        if children is None:
-            children = self._prefix_by_backend[backend] = (self.prefix_predicted.labels(backend),
-                                                           self.prefix_observed.labels(backend))
-        children[0].inc(predicted_tokens)
-        children[1].inc(observed_tokens)
+        _child(self._predicted_by_backend, self.prefix_predicted, backend).inc(predicted_tokens)
+        _child(self._observed_by_backend, self.prefix_observed, backend).inc(observed_tokens)
 
     def decision(self, policy: str, rule: str) -> None:
         key = (policy, rule)

@@ -77,7 +77,10 @@ def test_the_tally_folds_in_as_observing_each_request_would() -> None:
     got = _samples(tallied.registry)
     want = _samples(direct)
     assert want and all(got[key] == pytest.approx(value) for key, value in want.items())
-    assert tallied.ttft_read().collect()  # the autoscaler's read folds in and sees the histogram
+    # the autoscaler's read folds in what came since, for every model
+    tallied.request_done("m", "http://b", 200, 0.1, 0.03)
+    counts = [s.value for family in tallied.ttft_read().collect() for s in family.samples if s.name.endswith("_count")]
+    assert sum(counts) == sum(t is not None for t in ttfts) + 1
 
 
 def test_nothing_is_counted_before_the_tally_is_read() -> None:
