@@ -107,6 +107,7 @@ class ProbeOutcome(enum.Enum):
     HEALTHY = "healthy"  # answered 200: ready
     LOADING = "loading"  # still starting: not a failure
     FAILED = "failed"  # counts against the breaker
+    INCONCLUSIVE = "inconclusive"  # the proxy itself stalled past the timeout: says nothing
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,9 @@ class ProbeResult:
     body: bytes = b""
     connection_refused: bool = False
     """The TCP connect was refused (vLLM while loading; any engine that is down)."""
+    stalled: bool = False
+    """The timeout fired well after it was due: the proxy's own event loop was stalled (a GC pause,
+    a starved CPU), so the silence may be the proxy's, not the backend's."""
 
 
 def classify_probe(result: ProbeResult, ever_ready: bool) -> ProbeOutcome:
@@ -129,6 +133,8 @@ def classify_probe(result: ProbeResult, ever_ready: bool) -> ProbeOutcome:
     """
     if result.status == 200:
         return ProbeOutcome.HEALTHY
+    if result.stalled:
+        return ProbeOutcome.INCONCLUSIVE
     if result.status == 503 and b"Loading model" in result.body:
         return ProbeOutcome.LOADING
     if result.connection_refused and not ever_ready:

@@ -21,6 +21,10 @@ from proxy.pool import Backend, BackendPool
 
 log = logging.getLogger(__name__)
 
+STALLED_AFTER = 1.5
+"""A probe that timed out after this many times its timeout was cut short by the proxy's own
+stall, not by the backend: its timer could not fire on time, so neither could the answer be read."""
+
 DISCOVERY_EVERY_ROUNDS = 30
 """Refresh each ready backend's /v1/models every this many probe rounds (adapters come and go)."""
 
@@ -36,12 +40,16 @@ async def probe(session: aiohttp.ClientSession, url: str, timeout_s: float,
 
 async def _get(session: aiohttp.ClientSession, url: str, timeout_s: float,
                headers: dict[str, str] | None) -> ProbeResult:
+    loop = asyncio.get_running_loop()
+    sent = loop.time()
     try:
         async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             return ProbeResult(status=resp.status, body=await resp.read())
     except aiohttp.ClientConnectorError:
         return ProbeResult(status=None, connection_refused=True)
-    except (TimeoutError, aiohttp.ClientError):
+    except TimeoutError:
+        return ProbeResult(status=None, stalled=loop.time() - sent > STALLED_AFTER * timeout_s)
+    except aiohttp.ClientError:
         return ProbeResult(status=None)
 
 
@@ -100,6 +108,9 @@ class HealthChecker:
             return
         if outcome is ProbeOutcome.HEALTHY:
             await self._healthy(backend)
+        elif outcome is ProbeOutcome.INCONCLUSIVE:
+            backend.breaker.probe_in_flight = False
+            log.info("probe of %s timed out while the proxy was stalled: not counted", backend.url)
         elif outcome is ProbeOutcome.LOADING:
             backend.breaker.probe_in_flight = False
             if backend.state is BackendState.READY:

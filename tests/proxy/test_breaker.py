@@ -47,6 +47,8 @@ def test_probes_tell_a_loading_engine_from_a_failed_one() -> None:
     assert classify_probe(refused, ever_ready=True) is ProbeOutcome.FAILED  # an engine that went away
     assert classify_probe(ProbeResult(503, b""), ever_ready=True) is ProbeOutcome.FAILED  # vLLM engine dead
     assert classify_probe(ProbeResult(None), ever_ready=False) is ProbeOutcome.FAILED  # timeout
+    stalled = ProbeResult(None, stalled=True)  # the timeout fired late: the proxy was stalled
+    assert classify_probe(stalled, ever_ready=True) is ProbeOutcome.INCONCLUSIVE
 
 
 def test_only_5xx_blames_the_backend_4xx_is_neutral_and_the_rest_success() -> None:

@@ -1,9 +1,12 @@
 """Probes move backends between starting, ready and ejected; the breaker closes again on success."""
 
+import asyncio
+import time
+
 import aiohttp
 
 from policies.routing.base import BackendState
-from proxy.config import BreakerConfig, HealthConfig
+from proxy.config import BackendSpec, BreakerConfig, HealthConfig
 from tests.proxy.conftest import BackendFactory, FakeBackend, ProxyFactory, free_port
 
 SLOW_LOOP = HealthConfig(interval_s=100.0, timeout_s=0.5)  # probes are driven by hand below
@@ -64,6 +67,33 @@ async def test_failing_probes_eject_and_successes_after_the_open_time_restore(
     async with aiohttp.ClientSession() as s:
         async with s.get(p.url + "/metrics") as r:
             assert f'flotilla_backend_ejections_total{{backend="{b.url}"}} 1.0' in await r.text()
+
+
+async def test_a_probe_that_times_out_while_the_proxy_is_stalled_ejects_nobody(proxy_for: ProxyFactory) -> None:
+    held: list[asyncio.StreamWriter] = []
+
+    def accept_and_stall(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Never answer, and hold the proxy's loop (this server shares it) past the probe's
+        # timeout, as a GC pause or a starved CPU would: the timer fires late, and the backend's
+        # silence proves nothing. The probe's timer is running by now: it connected.
+        held.append(writer)
+        time.sleep(0.3)
+
+    server = await asyncio.start_server(accept_and_stall, "127.0.0.1", 0)
+    try:
+        p = await proxy_for([BackendSpec(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")],
+                            health=HealthConfig(interval_s=100.0, timeout_s=0.05),
+                            breaker=BreakerConfig(failure_threshold=1, success_threshold=1, open_s=10.0))
+        backend = p.proxy.pool.backends[0]
+        backend.state, backend.ever_ready = BackendState.READY, True
+        for _ in range(3):
+            await p.proxy.health.check_all()
+        assert len(held) >= 3  # every round's probe reached it and stalled
+        assert backend.state is BackendState.READY and backend.breaker.failures == 0
+    finally:
+        for w in held:
+            w.close()
+        server.close()
 
 
 async def test_failing_requests_eject_a_backend_and_traffic_moves_away(
