@@ -220,8 +220,12 @@ def generation_forward(p: Proxy, raw: bytes, body: dict, headers: Mapping[str, s
     the one reading of a request that both the aiohttp handlers and the fast path use."""
     # Parsing asks only whether the model is an adapter: name it alone, not every adapter's union.
     named = body.get("model")
-    adapters = frozenset((named,)) if isinstance(named, str) and any(named in b.adapters for b in p.pool) \
-        else frozenset()
+    adapters: frozenset[str] = frozenset()
+    if isinstance(named, str):
+        for b in p.pool.backends:  # a loop, not any(): no generator made per request
+            if named in b.adapters:
+                adapters = frozenset((named,))
+                break
     config = p.config
     if anthropic:
         parsed = parse_anthropic_request(body, headers, config.session_header, config.chars_per_token, adapters)

@@ -641,7 +641,7 @@ class FastPath:
         self.proxy: Proxy = app[PROXY_KEY]
         config = self.proxy.config
         self.max_body_bytes = config.max_body_bytes
-        self.upstream = UpstreamPool()
+        self.upstream = UpstreamPool(not_relayed=DROP_DOWN)
         self.targets: dict[str, Target] = {}
         self._enabled: bool | None = None if config.fast_path else False
         self._dispatcher: Dispatcher | None = None
@@ -786,12 +786,14 @@ class Exchange:
         self.start = start
         self.sent = False
         self.keep_alive = req.keep_alive
-
-    @property
-    def d(self) -> Dispatcher:
-        d = self.fast._dispatcher
+        d = fast._dispatcher
         assert d is not None
-        return d
+        self.d: Dispatcher = d
+        # set by `dispatch`, read by the retry loop's steps (bound methods, not a closure per request)
+        self.fwd: Forward | None = None
+        self.fields = self.id_line = b""
+        self.request_id = ""
+        self.deadline = 0.0
 
     def answer(self, status: int, reason: str, fields: list[Any], body: bytes, lines: bytes = b"") -> None:
         """A whole answer: `fields`, header `lines`, the static headers, and its length."""
@@ -806,22 +808,17 @@ class Exchange:
         self.sent = True
 
     async def dispatch(self, fwd: Forward) -> None:
-        d = self.d
-        config = d.config
-        deadline = self.start + config.timeouts.total_s
-        request_id = fwd.request_id or self.headers.get("x-request-id") or new_request_id()
-        id_line = b"X-Request-Id: " + request_id.encode("latin-1", "replace") + b"\r\n"
-        fields = self.fast.upstream_fields(self.req, id_line)
-        await d.attempts(
-            fwd,
-            send=lambda backend: self._send(backend, fwd, fields, deadline),
-            head_of=Attempt.status_and_retry_after,
-            keep=self._keep_answer,
-            relay=lambda attempt, backend, decision, reservation: self._relay(
-                fwd, attempt, backend, decision, reservation, id_line, deadline),
-            give_up=lambda tried, failure, answer: self._give_up(fwd, tried, failure, answer, request_id))
+        self.fwd = fwd
+        self.deadline = self.start + self.d.config.timeouts.total_s
+        self.request_id = request_id = fwd.request_id or self.headers.get("x-request-id") or new_request_id()
+        self.id_line = b"X-Request-Id: " + request_id.encode("latin-1", "replace") + b"\r\n"
+        self.fields = self.fast.upstream_fields(self.req, self.id_line)
+        await self.d.attempts(fwd, self._send, Attempt.status_and_retry_after, self._keep_answer, self._relay,
+                              self._give_up)
 
-    async def _send(self, backend: Backend, fwd: Forward, fields: bytes, deadline: float) -> Attempt:
+    async def _send(self, backend: Backend) -> Attempt:
+        fwd, fields, deadline = self.fwd, self.fields, self.deadline
+        assert fwd is not None
         fast = self.fast
         loop = self.front.loop
         timeouts = self.d.config.timeouts
@@ -873,8 +870,10 @@ class Exchange:
         fields = {n.decode("latin-1"): v.decode("latin-1") for n, v in _down_fields(head)}
         return d.kept(backend, head.status, fields, attempt.body()[:MAX_ERROR_BODY_BYTES])
 
-    def _give_up(self, fwd: Forward, tried: list[Backend], failure: UpstreamFailure | None,
-                 answer: RetryableAnswer | None, request_id: str) -> None:
+    def _give_up(self, tried: list[Backend], failure: UpstreamFailure | None,
+                 answer: RetryableAnswer | None) -> None:
+        fwd, request_id = self.fwd, self.request_id
+        assert fwd is not None
         err, backend = self.d.no_attempt_left(fwd, tried, failure, answer, self.front.loop.time() - self.start)
         if err is None:
             assert answer is not None
@@ -883,9 +882,10 @@ class Exchange:
             return
         self.answer_error(err, {"X-Request-Id": request_id, "x-flotilla-backend": backend})
 
-    async def _relay(self, fwd: Forward, attempt: Attempt, backend: Backend, decision: Decision,
-                     reservation: Reservation, id_line: bytes, deadline: float) -> None:
-        d = self.d
+    async def _relay(self, attempt: Attempt, backend: Backend, decision: Decision,
+                     reservation: Reservation) -> None:
+        d, fwd, id_line, deadline = self.d, self.fwd, self.id_line, self.deadline
+        assert fwd is not None
         head = attempt.head
         assert head is not None
         front = self.front
@@ -894,7 +894,7 @@ class Exchange:
         lines = b"x-flotilla-backend: " + backend.url.encode("latin-1", "replace") + b"\r\n" + id_line
         if fwd.debug:
             lines += b"x-flotilla-rule: " + decision.rule.encode("latin-1", "replace") + b"\r\n"
-        result = RelayResult(completed=False)
+        result: RelayResult | None = None  # made once the attempt ends (or when it is cut short)
         whole = head.content_length is not None and head.content_length <= WHOLE_BODY_MAX_BYTES \
             and not head.event_stream
         chunked = head.content_length is None or fwd.strip_usage
@@ -928,6 +928,7 @@ class Exchange:
             elif result.client_stalled:
                 front.abort()
         except asyncio.CancelledError:
+            result = result or RelayResult(completed=False)
             if front.cut_by_shutdown:
                 result.cut_by_shutdown = True
                 if self.sent and head.event_stream:  # a blank line first closes a half-written event
@@ -940,6 +941,8 @@ class Exchange:
             front.attempt = None
             if not attempt.ended:
                 attempt.conn.abort()
+            if result is None:
+                result = RelayResult(completed=False)
             d.pool.release(reservation)
             d._finish(fwd, head.status, head.event_stream, backend, decision, result, self.start)
             if result.client_gone:
@@ -986,8 +989,10 @@ DROP_DOWN = _as_bytes(NOT_FORWARDED_DOWN)
 
 
 def _down_fields(head: ResponseHead) -> list[tuple[bytes, bytes]]:
-    """The engine's end-to-end headers for the client (proxy/forward.py's rule)."""
+    """The engine's end-to-end headers for the client (proxy/forward.py's rule): those a
+    `Connection` field names are dropped too."""
     connection = head.connection
-    drop = DROP_DOWN | {t.strip().lower().encode("latin-1") for t in connection.split(",")} if connection \
-        else DROP_DOWN
-    return [field for field, lname in zip(head.headers, head.names, strict=True) if lname not in drop]
+    if not connection:
+        return head.relayed
+    drop = {t.strip().lower().encode("latin-1") for t in connection.split(",")}
+    return [field for field in head.relayed if field[0].lower() not in drop]

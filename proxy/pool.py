@@ -236,7 +236,10 @@ class BackendPool:
         cannot grow the label set without bound."""
         if not model:
             return ""
-        return model if any(model in b.models for b in self.backends) else "other"
+        for b in self.backends:  # a loop, not any(): no generator made per request
+            if model in b.models:
+                return model
+        return "other"
 
     def reserve(self, backend: Backend, tokens: int) -> Reservation:
         backend.in_flight += 1

@@ -51,6 +51,8 @@ class ResponseHead:
     """Every Connection field's options, joined (read in the same pass as the fields above)."""
     names: list[bytes] = field(default_factory=list)
     """`headers`' names in lower case, in the same order."""
+    relayed: list[tuple[bytes, bytes]] = field(default_factory=list)
+    """`headers` less those named in the pool's `not_relayed` (read in the same pass)."""
 
     @property
     def event_stream(self) -> bool:
@@ -152,10 +154,12 @@ class UpstreamConnection(asyncio.Protocol):
             self._informational = True
             return
         head = ResponseHead(status, self._reason.decode("latin-1"), self._headers)
-        names = head.names
+        names, relayed, not_relayed = head.names, head.relayed, self.pool.not_relayed
         for name, value in self._headers:
             lname = name.lower()
             names.append(lname)
+            if lname not in not_relayed:
+                relayed.append((name, value))
             if lname == b"content-type":
                 head.content_type = value.split(b";", 1)[0].strip().lower().decode("latin-1")
             elif lname == b"content-length":
@@ -234,6 +238,8 @@ class UpstreamPool:
     """Idle keep-alive connections per backend address, newest first."""
 
     idle: dict[tuple[str, int, bool], list[UpstreamConnection]] = field(default_factory=dict)
+    not_relayed: frozenset[bytes] = frozenset()
+    """Lower-case response fields the caller never relays (`ResponseHead.relayed` leaves them out)."""
     tls_context: Callable[[], ssl.SSLContext] = ssl.create_default_context
     _tls: ssl.SSLContext | None = None
 
