@@ -22,6 +22,7 @@ import json
 import logging
 import time
 from collections import deque
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from http import HTTPStatus
@@ -100,6 +101,8 @@ class Incoming:
     method: bytes = b""
     version: str = "1.1"
     keep_alive: bool = True
+    first: dict[bytes, bytes] = field(default_factory=dict)
+    """The first value of each field, by lower-case name (what `ClientHeaders.get` reads)."""
     noted: dict[bytes, bytes] = field(default_factory=dict)
     """The last value of each header in NOTED, by lower-case name (read once, while parsing)."""
     plain: bool = True
@@ -122,6 +125,63 @@ class Incoming:
             lines.append(b"Content-Length: %d\r\n" % len(body))
         lines += [b"\r\n", body]
         return b"".join(lines)
+
+
+_KEYS: dict[str, bytes] = {}
+"""Field names asked of `ClientHeaders.get`, in lower-case bytes (the proxy's own names, a handful)."""
+
+
+class ClientHeaders(Mapping[str, str]):
+    """The client's headers as a case-insensitive mapping. The request path asks `get` for four
+    or five fields by name, answered from `Incoming.first`; the CIMultiDict of all of them (every
+    field decoded, 18k instructions a request) is made only when something reads more."""
+
+    __slots__ = ("_req", "_all")
+
+    def __init__(self, req: Incoming) -> None:
+        self._req = req
+        self._all: CIMultiDict[str] | None = None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        key = _KEYS.get(name)
+        if key is None:
+            key = name.lower().encode("latin-1", "replace")
+            if len(_KEYS) < 256:
+                _KEYS[name] = key
+        value = self._req.first.get(key)
+        return default if value is None else value.decode("latin-1")
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def multidict(self) -> CIMultiDict[str]:
+        if self._all is None:
+            self._all = CIMultiDict([(n.decode("latin-1"), v.decode("latin-1")) for n, v in self._req.headers])
+        return self._all
+
+    def __getitem__(self, name: str) -> str:
+        return self.multidict()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.multidict())
+
+    def __len__(self) -> int:
+        return len(self._req.headers)
+
+    def items(self) -> Any:  # every field with its own value, repeated names too, as CIMultiDict gives
+        return self.multidict().items()
+
+    def keys(self) -> Any:
+        return self.multidict().keys()
+
+    def values(self) -> Any:
+        return self.multidict().values()
+
+    def getall(self, name: str, *default: Any) -> Any:
+        return self.multidict().getall(name, *default)
+
+    def getone(self, name: str, *default: Any) -> Any:
+        return self.multidict().getone(name, *default)
 
 
 def response_head(status: int, reason: str, fields: list[tuple[bytes, bytes]] | list[tuple[str, str]],
@@ -274,6 +334,7 @@ class FrontProtocol(asyncio.Protocol):
         cur.head_bytes += len(name) + len(value) + 4
         lname = name.lower()
         cur.names.append(lname)
+        cur.first.setdefault(lname, value)
         if lname not in self.fast._drop_up:
             cur.up.append(b"".join((name, b": ", value, b"\r\n")))
         if lname in NOTED:
@@ -716,8 +777,7 @@ class FastPath:
         """Answer `req` on `front`; says whether the connection stays open."""
         p = self.proxy
         start = front.loop.time()
-        headers: CIMultiDict[str] = CIMultiDict(
-            [(n.decode("latin-1"), v.decode("latin-1")) for n, v in req.headers])
+        headers = ClientHeaders(req)
         exchange = Exchange(self, front, req, headers, start)
         try:
             if p.access is not None and p.access.checks_clients:
@@ -777,7 +837,7 @@ class Exchange:
     """One client request on the fast path: the retry loop of proxy/dispatch.py, over
     proxy/upstream.py."""
 
-    def __init__(self, fast: FastPath, front: FrontProtocol, req: Incoming, headers: CIMultiDict[str],
+    def __init__(self, fast: FastPath, front: FrontProtocol, req: Incoming, headers: ClientHeaders,
                  start: float) -> None:
         self.fast = fast
         self.front = front

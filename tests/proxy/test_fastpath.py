@@ -14,8 +14,10 @@ from email.utils import parsedate_to_datetime
 import aiohttp
 import pytest
 from aiohttp import web
+from multidict import CIMultiDict
 
 from proxy.app import RunningProxy, start_proxy
+from proxy.fastpath import ClientHeaders, Incoming
 from tests.proxy.conftest import BackendFactory, ProxyFactory, fast_config
 
 BODY = json.dumps({"model": "tiny-llama", "prompt": "hello"}).encode()
@@ -260,3 +262,19 @@ async def test_a_request_pipelined_behind_one_being_answered_waits_its_turn(fake
         answers = [await read_response(reader) for _ in range(2)]
     assert [(a[0], a[1]["x-request-id"]) for a in answers] == [(200, "first"), (200, "second")]
     assert b.received == 2
+
+
+def test_client_headers_read_as_the_multidict_of_every_field_does() -> None:
+    fields = [(b"Content-Type", b"application/json"), (b"X-Tag", b"one"), (b"x-tag", b"two"),
+              (b"Authorization", b"Bearer k"), (b"X-Latin", b"caf\xe9")]
+    req = Incoming(headers=fields)
+    for name, value in fields:
+        req.first.setdefault(name.lower(), value)
+    lazy = ClientHeaders(req)
+    full = CIMultiDict([(n.decode("latin-1"), v.decode("latin-1")) for n, v in fields])
+    for name in ("content-type", "CONTENT-TYPE", "X-Tag", "x-tag", "authorization", "X-Latin", "missing"):
+        assert lazy.get(name) == full.get(name), name
+        assert lazy.get(name, "d") == full.get(name, "d"), name
+        assert (name in lazy) == (name in full), name
+    assert list(lazy.items()) == list(full.items())  # repeated names keep their own values
+    assert lazy.getall("X-TAG") == ["one", "two"] and lazy["x-tag"] == "one" and len(lazy) == 5
