@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
+import msgspec
 from aiohttp import web
 
 from policies.routing.base import BackendState, RoutingPolicy
@@ -234,7 +235,8 @@ def generation_forward(p: Proxy, raw: bytes, body: dict, headers: Mapping[str, s
     if isinstance(p.policy, KVIndexUser):  # the KV index is keyed by the engine's own token ids
         ids = engine_anthropic_prompt_ids(body) if anthropic else engine_prompt_ids(body, chat)
         if ids:
-            parsed = replace(parsed, info=replace(parsed.info, prompt_token_ids=ids, prompt_tokens=len(ids)))
+            parsed = msgspec.structs.replace(parsed, info=replace(parsed.info, prompt_token_ids=ids,
+                                                                   prompt_tokens=len(ids)))
     model = parsed.info.model
     if model is not None and p.pool.is_unknown_model(model):
         raise ProxyError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
@@ -252,7 +254,7 @@ async def with_prefill(p: Proxy, fwd: Forward, headers: Mapping[str, str], prefi
         return fwd
     # one X-Request-Id across both phases, as vLLM's toy proxy sends its request id to both
     request_id = headers.get("x-request-id") or new_request_id()
-    return replace(await p.prefill.before_decode(fwd, headers, request_id), request_id=request_id)
+    return msgspec.structs.replace(await p.prefill.before_decode(fwd, headers, request_id), request_id=request_id)
 
 
 def with_usage_asked(raw: bytes, body: dict) -> bytes:

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import aiohttp
+import msgspec
 from aiohttp import web
 from multidict import CIMultiDict
 
-from policies.frozen import quick_init
 from policies.routing.base import BackendState, Decision, RequestInfo
 from proxy.breaker import Outcome, outcome_of_status
 from proxy.config import ProxyConfig
@@ -63,10 +63,9 @@ SHUTDOWN_CUT_STATUS = 503
 error event with code 503, or a 503)."""
 
 
-@quick_init
-@dataclass(frozen=True)
-class Forward:
-    """What to send upstream for one client request."""
+class Forward(msgspec.Struct, frozen=True):
+    """What to send upstream for one client request (a msgspec Struct: built in C, several
+    times faster than a dataclass; `msgspec.structs.replace` makes a changed copy)."""
 
     method: str
     path_qs: str

@@ -93,8 +93,6 @@ class Incoming:
 
     url: bytes = b""
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    names: list[bytes] = field(default_factory=list)
-    """`headers`' names in lower case, in the same order."""
     head_bytes: int = 0
     body: list[bytes] = field(default_factory=list)
     body_bytes: int = 0
@@ -333,7 +331,6 @@ class FrontProtocol(asyncio.Protocol):
         cur.headers.append((name, value))
         cur.head_bytes += len(name) + len(value) + 4
         lname = name.lower()
-        cur.names.append(lname)
         cur.first.setdefault(lname, value)
         if lname not in self.fast._drop_up:
             cur.up.append(b"".join((name, b": ", value, b"\r\n")))
@@ -827,7 +824,7 @@ class FastPath:
         if named:  # it names end-to-end fields hop-by-hop for this request: drop them too
             drop = self._drop_up | named
             lines = [b"".join((name, b": ", value, b"\r\n"))
-                     for (name, value), lname in zip(req.headers, req.names, strict=True) if lname not in drop]
+                     for name, value in req.headers if name.lower() not in drop]
         else:
             lines = req.up
         return b"".join(lines) + request_id_line

@@ -16,9 +16,9 @@ import asyncio
 import os
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import aiohttp
+import msgspec
 from aiohttp import web
 from multidict import CIMultiDict
 
@@ -71,8 +71,7 @@ class UpstreamFailure(Exception):
         """Status to answer with when no attempt is left."""
 
 
-@dataclass
-class RelayResult:
+class RelayResult(msgspec.Struct):
     """How a relayed body ended."""
 
     completed: bool

@@ -21,10 +21,10 @@ import json
 import random
 import time
 from collections.abc import Coroutine, Mapping
-from dataclasses import replace
 from typing import Any
 
 import aiohttp
+import msgspec
 from prometheus_client import Counter, Histogram
 
 from policies.routing import create_policy
@@ -122,7 +122,7 @@ class PrefillStage:
             return fwd
         self.metrics.prefill_s.observe(time.monotonic() - start)
         self.metrics.requests.labels("pd").inc()
-        return replace(fwd, body=decode_body(body, params))
+        return msgspec.structs.replace(fwd, body=decode_body(body, params))
 
     async def _prefill(self, fwd: Forward, body: dict, client_headers: Mapping[str, str],
                        request_id: str) -> dict | None:

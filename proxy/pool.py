@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from policies.routing.base import BackendState, BackendView
 from proxy.breaker import CircuitBreaker, CircuitState, Outcome
 from proxy.config import BackendSpec, BreakerConfig, redact_url
@@ -24,8 +26,7 @@ AGE_RESOLUTION_S = 0.01
 """Metrics ages in cached views are exact to this; policies judge staleness in tenths of seconds."""
 
 
-@dataclass
-class Reservation:
+class Reservation(msgspec.Struct):
     """What one request holds on its backend from pick time until its last byte."""
 
     backend: Backend

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import msgspec
 
-from policies.frozen import quick_init
 from policies.routing.base import RequestInfo
 from proxy.errors import ProxyError
 
@@ -22,9 +21,7 @@ SHORT_BODY_BYTES = 16 * 1024
 walked at once: counting a long prompt costs more than walking its few members)."""
 
 
-@quick_init
-@dataclass(frozen=True)
-class ParsedRequest:
+class ParsedRequest(msgspec.Struct, frozen=True):
     """A validated request: the body to forward as is, and the routing view of it."""
 
     info: RequestInfo
@@ -208,7 +205,7 @@ def parse_anthropic_request(body: dict, headers: Mapping[str, str], session_head
         return parsed
     prompt = f"<|system|>{system}\n{parsed.info.prompt}"
     info = replace(parsed.info, prompt=prompt, prompt_tokens=math.ceil(len(prompt) / chars_per_token))
-    return replace(parsed, info=info)
+    return msgspec.structs.replace(parsed, info=info)
 
 
 def _system_text(system: object) -> str:

@@ -20,6 +20,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 import httptools
+import msgspec
 
 
 class ResponseSink(Protocol):
@@ -35,8 +36,7 @@ class ResponseSink(Protocol):
         """The connection broke (or spoke no HTTP) before the response's end."""
 
 
-@dataclass(slots=True)
-class ResponseHead:
+class ResponseHead(msgspec.Struct):
     status: int
     reason: str
     headers: list[tuple[bytes, bytes]]
@@ -49,9 +49,9 @@ class ResponseHead:
     """The first Retry-After value."""
     connection: str | None = None
     """Every Connection field's options, joined (read in the same pass as the fields above)."""
-    names: list[bytes] = field(default_factory=list)
+    names: list[bytes] = msgspec.field(default_factory=list)
     """`headers`' names in lower case, in the same order."""
-    relayed: list[tuple[bytes, bytes]] = field(default_factory=list)
+    relayed: list[tuple[bytes, bytes]] = msgspec.field(default_factory=list)
     """`headers` less those named in the pool's `not_relayed` (read in the same pass)."""
 
     @property

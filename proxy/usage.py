@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-
-from policies.frozen import quick_init
 
 TAIL_BYTES = 8192
 """How much of a response's end is kept: the usage chunk is the last event before [DONE]."""
 
 
-@quick_init
-@dataclass(frozen=True)
-class Usage:
+class Usage(msgspec.Struct, frozen=True):
     prompt_tokens: int
     cached_tokens: int
     """Prompt tokens the engine served from its prefix cache (0 when it does not say)."""

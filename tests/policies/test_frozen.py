@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import InitVar, dataclass, field
 
+import msgspec
 import pytest
 
 from policies.frozen import quick_init
@@ -82,12 +83,15 @@ def test_classes_it_cannot_build_the_same_way_are_refused() -> None:
 
 def test_the_request_paths_value_types_are_built_quickly_and_stay_frozen() -> None:
     info = RequestInfo(model="m", prompt="p")
-    values = [info, BackendView(0, "http://e"), Decision(0, "rule"), ParsedRequest(info, False),
-              Forward("POST", "/v1/completions", b"{}", info), Usage(3, 1)]
-    for value in values:
+    for value in (info, BackendView(0, "http://e"), Decision(0, "rule")):  # the policies' types
         # dataclasses' own frozen __init__ stores each field through object.__setattr__
         names = type(value).__init__.__code__.co_names
         assert "__setattr__" not in names and "__dict__" in names
         with pytest.raises(dataclasses.FrozenInstanceError):
             value.__setattr__(dataclasses.fields(value)[0].name, None)
+    # the proxy's own are msgspec Structs, built in C
+    for struct in (ParsedRequest(info, False), Forward("POST", "/v1/completions", b"{}", info), Usage(3, 1)):
+        assert isinstance(struct, msgspec.Struct)
+        with pytest.raises(AttributeError):
+            setattr(struct, struct.__struct_fields__[0], None)
     assert RequestInfo().headers == {} and RequestInfo().headers is not RequestInfo().headers
