@@ -10,7 +10,7 @@ import random
 import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -235,8 +235,8 @@ def generation_forward(p: Proxy, raw: bytes, body: dict, headers: Mapping[str, s
     if isinstance(p.policy, KVIndexUser):  # the KV index is keyed by the engine's own token ids
         ids = engine_anthropic_prompt_ids(body) if anthropic else engine_prompt_ids(body, chat)
         if ids:
-            parsed = msgspec.structs.replace(parsed, info=replace(parsed.info, prompt_token_ids=ids,
-                                                                   prompt_tokens=len(ids)))
+            info = msgspec.structs.replace(parsed.info, prompt_token_ids=ids, prompt_tokens=len(ids))
+            parsed = msgspec.structs.replace(parsed, info=info)
     model = parsed.info.model
     if model is not None and p.pool.is_unknown_model(model):
         raise ProxyError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")

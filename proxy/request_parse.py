@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import replace
 
 import msgspec
 
@@ -204,7 +203,7 @@ def parse_anthropic_request(body: dict, headers: Mapping[str, str], session_head
     if not system:
         return parsed
     prompt = f"<|system|>{system}\n{parsed.info.prompt}"
-    info = replace(parsed.info, prompt=prompt, prompt_tokens=math.ceil(len(prompt) / chars_per_token))
+    info = msgspec.structs.replace(parsed.info, prompt=prompt, prompt_tokens=math.ceil(len(prompt) / chars_per_token))
     return msgspec.structs.replace(parsed, info=info)
 
 

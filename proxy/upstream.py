@@ -22,6 +22,9 @@ from urllib.parse import urlsplit
 import httptools
 import msgspec
 
+READ = frozenset({b"content-type", b"content-length", b"transfer-encoding", b"retry-after", b"connection"})
+"""The response fields the head reads (the others it only relays)."""
+
 
 class ResponseSink(Protocol):
     """Where one response goes as it arrives (proxy/fastpath.py's attempt)."""
@@ -49,8 +52,6 @@ class ResponseHead(msgspec.Struct):
     """The first Retry-After value."""
     connection: str | None = None
     """Every Connection field's options, joined (read in the same pass as the fields above)."""
-    names: list[bytes] = msgspec.field(default_factory=list)
-    """`headers`' names in lower case, in the same order."""
     relayed: list[tuple[bytes, bytes]] = msgspec.field(default_factory=list)
     """`headers` less those named in the pool's `not_relayed` (read in the same pass)."""
 
@@ -154,21 +155,23 @@ class UpstreamConnection(asyncio.Protocol):
             self._informational = True
             return
         head = ResponseHead(status, self._reason.decode("latin-1"), self._headers)
-        names, relayed, not_relayed = head.names, head.relayed, self.pool.not_relayed
+        relayed, not_relayed = head.relayed, self.pool.not_relayed
         for name, value in self._headers:
             lname = name.lower()
-            names.append(lname)
             if lname not in not_relayed:
                 relayed.append((name, value))
+            if lname not in READ:
+                continue
             if lname == b"content-type":
                 head.content_type = value.split(b";", 1)[0].strip().lower().decode("latin-1")
             elif lname == b"content-length":
                 head.content_length = int(value) if value.strip().isdigit() else None
             elif lname == b"transfer-encoding":
                 head.chunked = b"chunked" in value.lower()
-            elif lname == b"retry-after" and head.retry_after is None:
-                head.retry_after = value.decode("latin-1")
-            elif lname == b"connection":  # every Connection field's options count (RFC 9110 7.6.1)
+            elif lname == b"retry-after":
+                if head.retry_after is None:
+                    head.retry_after = value.decode("latin-1")
+            else:  # connection: every Connection field's options count (RFC 9110 7.6.1)
                 text = value.decode("latin-1")
                 head.connection = f"{head.connection}, {text}" if head.connection else text
         self.head = head

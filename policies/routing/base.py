@@ -11,10 +11,9 @@ import abc
 import enum
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import ClassVar
 
-from policies.frozen import quick_init
+import msgspec
 
 
 class BackendState(enum.Enum):
@@ -24,10 +23,12 @@ class BackendState(enum.Enum):
     EJECTED = "ejected"  # circuit open after failures: only half-open probes reach it
 
 
-@quick_init
-@dataclass(frozen=True)
-class RequestInfo:
-    """The parts of a request that routing needs. Every field may be absent."""
+class RequestInfo(msgspec.Struct, frozen=True):
+    """The parts of a request that routing needs. Every field may be absent.
+
+    The value types here are frozen msgspec Structs: the proxy builds one of each per request,
+    and a Struct is built in C (a frozen dataclass stores each field through
+    object.__setattr__, several times dearer). `msgspec.structs.replace` makes a changed copy."""
 
     model: str | None = None
     prompt: str | None = None
@@ -41,13 +42,11 @@ class RequestInfo:
     prompt_tokens: int = 0
     """Estimated prompt length in tokens (reserved against the chosen backend at pick time)."""
     max_tokens: int | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = msgspec.field(default_factory=dict)
     request_id: str | None = None
 
 
-@quick_init
-@dataclass(frozen=True)
-class BackendView:
+class BackendView(msgspec.Struct, frozen=True):
     """One backend as a policy sees it at decision time."""
 
     index: int
@@ -72,15 +71,13 @@ class BackendView:
     """Prefix-cache capacity in tokens (KV blocks x block size), sizes approximate prefix indexes."""
     lora_adapters: frozenset[str] = frozenset()
     """Adapters running or waiting on the engine (newest `vllm:lora_requests_info` series)."""
-    metrics: Mapping[str, float] = field(default_factory=dict)
+    metrics: Mapping[str, float] = msgspec.field(default_factory=dict)
     """Other scraped engine metrics by name, for `signal=<metric>`."""
     metrics_age_s: float | None = None
     """Age of the scraped metrics; None when never scraped."""
 
 
-@quick_init
-@dataclass(frozen=True)
-class Decision:
+class Decision(msgspec.Struct, frozen=True):
     index: int
     """Index (BackendView.index) of the chosen backend."""
     rule: str

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from dataclasses import replace
+import msgspec
 
 from policies.routing import RequestInfo, create_policy
 from policies.routing.llm_d import llm_d_hashes
@@ -21,7 +21,7 @@ def test_the_weighted_sum_of_queue_kv_and_prefix_scores_decides():
     assert first.index in (1, 2) and first.rule == "least-load"
     # The prefix (3 x 1.0) outweighs a full queue score (2 x 1.0) and half the KV score.
     backends = views(3, num_requests_waiting=[0, 0, 0], kv_cache_usage=[0.0, 0.0, 0.0])
-    busy = [replace(b, num_requests_waiting=5) if b.index == first.index else b for b in backends]
+    busy = [msgspec.structs.replace(b, num_requests_waiting=5) if b.index == first.index else b for b in backends]
     again = policy.select(busy, PROMPT)
     assert (again.index, again.rule) == (first.index, "prefix-match")
 
