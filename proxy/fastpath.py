@@ -22,7 +22,7 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Iterator, Mapping
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from http import HTTPStatus
@@ -864,14 +864,16 @@ class Exchange:
         self.front.write(error_bytes(exc, {**default_headers, **dict(self.fast._static)}, not self.keep_alive))
         self.sent = True
 
-    async def dispatch(self, fwd: Forward) -> None:
+    def dispatch(self, fwd: Forward) -> Awaitable[None]:
+        """The retry loop over this exchange's steps (awaited by the caller: no coroutine of its own)."""
         self.fwd = fwd
         self.deadline = self.start + self.d.config.timeouts.total_s
-        self.request_id = request_id = fwd.request_id or self.headers.get("x-request-id") or new_request_id()
+        # the client's X-Request-Id as parse_request read it, else a new one
+        self.request_id = request_id = fwd.request_id or fwd.info.request_id or new_request_id()
         self.id_line = b"X-Request-Id: " + request_id.encode("latin-1", "replace") + b"\r\n"
         self.fields = self.fast.upstream_fields(self.req, self.id_line)
-        await self.d.attempts(fwd, self._send, Attempt.status_and_retry_after, self._keep_answer, self._relay,
-                              self._give_up)
+        return self.d.attempts(fwd, self._send, Attempt.status_and_retry_after, self._keep_answer, self._relay,
+                               self._give_up)
 
     async def _send(self, backend: Backend) -> Attempt:
         fwd, fields, deadline = self.fwd, self.fields, self.deadline
