@@ -238,6 +238,12 @@ class FrontProtocol(asyncio.Protocol):
         self.loop = server._loop
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpRequestParser(self)
+        limits = server.limits
+        # read on every request: kept here, not looked up through server.limits each time
+        self.header_timeout_s, self.body_timeout_s = limits.header_timeout_s, limits.body_timeout_s
+        self.keepalive_timeout_s = limits.keepalive_timeout_s
+        self.max_body_bytes = fast.max_body_bytes
+        self.drop_up = fast._drop_up
         self.client = ""
         self.remote: str | None = None
         self.admitted = False
@@ -316,7 +322,7 @@ class FrontProtocol(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self.cur = Incoming()
         if self.deadline is None or self.waiting_for == IDLE:  # the clock starts at the first byte
-            self._expect(HEAD, self.server.limits.header_timeout_s)
+            self.waiting_for, self.deadline = HEAD, self.loop.time() + self.header_timeout_s
 
     def on_url(self, url: bytes) -> None:
         cur = self.cur
@@ -332,7 +338,7 @@ class FrontProtocol(asyncio.Protocol):
         cur.head_bytes += len(name) + len(value) + 4
         lname = name.lower()
         cur.first.setdefault(lname, value)
-        if lname not in self.fast._drop_up:
+        if lname not in self.drop_up:
             cur.up.append(b"".join((name, b": ", value, b"\r\n")))
         if lname in NOTED:
             cur.noted[lname] = value
@@ -351,22 +357,24 @@ class FrontProtocol(asyncio.Protocol):
         cur.method = self.parser.get_method()
         cur.version = self.parser.get_http_version()
         cur.keep_alive = self.parser.should_keep_alive()
-        length = cur.header(b"content-length")
-        limit = self.fast.max_body_bytes
+        noted = cur.noted
+        length = noted.get(b"content-length")
+        limit = self.max_body_bytes
         if length is not None and length.strip().isdigit() and int(length) > limit:
             self._raise(Refused(413, f"The request body is larger than {limit} bytes."))
-        expect = cur.header(b"expect")
-        if expect is not None and expect.lower() == b"100-continue" and self.task is None and not self.queue:
-            self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        self._expect(BODY, self.server.limits.body_timeout_s)
+        if b"expect" in noted:
+            expect = noted[b"expect"]
+            if expect.lower() == b"100-continue" and self.task is None and not self.queue:
+                self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self.waiting_for, self.deadline = BODY, self.loop.time() + self.body_timeout_s
 
     def on_body(self, body: bytes) -> None:
         cur = self.cur
         assert cur is not None
         cur.body.append(body)
         cur.body_bytes += len(body)
-        if cur.body_bytes > self.fast.max_body_bytes:
-            self._raise(Refused(413, f"The request body is larger than {self.fast.max_body_bytes} bytes."))
+        if cur.body_bytes > self.max_body_bytes:
+            self._raise(Refused(413, f"The request body is larger than {self.max_body_bytes} bytes."))
 
     def on_message_complete(self) -> None:
         self.deadline = None
@@ -399,7 +407,10 @@ class FrontProtocol(asyncio.Protocol):
     def _served(self, task: asyncio.Task) -> None:
         self.task = None
         self.attempt = None
-        keep = not task.cancelled() and task.exception() is None and task.result()
+        try:
+            keep = task.result()
+        except BaseException:  # cancelled, or an error serve() let through: the connection ends
+            keep = False
         if self.gone:
             return
         if not keep:
@@ -408,7 +419,7 @@ class FrontProtocol(asyncio.Protocol):
         if self.queue or self.cur is not None:
             self._next()
             return
-        self._expect(IDLE, self.server.limits.keepalive_timeout_s)
+        self.waiting_for, self.deadline = IDLE, self.loop.time() + self.keepalive_timeout_s
         self._resume()
 
     def _resume(self) -> None:
