@@ -72,6 +72,9 @@ MAX_FIELD_BYTES = 8190
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADERS = 128
 """aiohttp's own bounds on a request head (line and field 8190 bytes), and a total."""
+FIELD_WEIGHT = MAX_FIELD_BYTES // MAX_HEADERS + 1
+"""What a field adds to a head's weight beyond its bytes: MAX_HEADERS of them outweigh a field's
+limit, so one comparison per field stands for both."""
 HEAD, BODY, IDLE = range(3)
 """What a connection waits for: a request's head, its body, or (kept alive) the next request."""
 OWN = {"x-flotilla-backend": ""}
@@ -93,7 +96,8 @@ class Incoming:
 
     url: bytes = b""
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    head_bytes: int = 0
+    head_weight: int = 0
+    """The head's bytes so far, plus FIELD_WEIGHT - 4 per field (`on_header`'s one check of size)."""
     body: list[bytes] = field(default_factory=list)
     body_bytes: int = 0
     method: bytes = b""
@@ -335,7 +339,7 @@ class FrontProtocol(asyncio.Protocol):
         cur = self.cur
         assert cur is not None
         cur.headers.append((name, value))
-        cur.head_bytes += len(name) + len(value) + 4
+        cur.head_weight += len(name) + len(value) + FIELD_WEIGHT
         lname = name.lower()
         cur.first.setdefault(lname, value)
         if lname not in self.drop_up:
@@ -345,11 +349,13 @@ class FrontProtocol(asyncio.Protocol):
             if lname in (b"x-flotilla-debug", b"upgrade") or (
                     lname == b"content-encoding" and value.strip().lower() not in (b"", b"identity")):
                 cur.plain = False
-        # A head within one field's limit has no field past it: the full check runs past that size
-        if (cur.head_bytes > MAX_FIELD_BYTES or len(cur.headers) > MAX_HEADERS) and (
-                len(name) > MAX_FIELD_BYTES or len(value) > MAX_FIELD_BYTES or cur.head_bytes > MAX_HEAD_BYTES
-                or len(cur.headers) > MAX_HEADERS):
-            self._raise(Refused(431, "The request headers are too large."))
+        # Within one field's limit (each field weighing FIELD_WEIGHT more than its bytes) a head
+        # has no field past it, nor too many fields: the full check runs past that weight.
+        if cur.head_weight > MAX_FIELD_BYTES:
+            count = len(cur.headers)
+            if (len(name) > MAX_FIELD_BYTES or len(value) > MAX_FIELD_BYTES or count > MAX_HEADERS
+                    or cur.head_weight - count * (FIELD_WEIGHT - 4) > MAX_HEAD_BYTES):
+                self._raise(Refused(431, "The request headers are too large."))
 
     def on_headers_complete(self) -> None:
         cur = self.cur

@@ -228,6 +228,22 @@ async def test_a_head_past_the_limits_gets_431_as_json_and_the_connection_closes
     assert b.received == 0
 
 
+@pytest.mark.parametrize("extra", [
+    b"X-Big: " + b"a" * 8000 + b"\r\n",  # one field just within its limit
+    b"".join(b"X-%d: a\r\n" % i for i in range(120)),  # 123 fields with the post's own three
+    b"".join(b"X-%d: %s\r\n" % (i, b"a" * 500) for i in range(120)),  # 61 KB in 123 fields
+])
+async def test_a_head_within_every_limit_is_served(fake_backend: BackendFactory, proxy_for: ProxyFactory,
+                                                   extra: bytes) -> None:
+    b = await fake_backend()
+    p = await proxy_for([b])
+    async with connected(p) as (reader, writer):
+        writer.write(post("/v1/completions", extra=extra))
+        status, _, _ = await read_response(reader)
+        assert status == 200
+    assert b.received == 1
+
+
 async def test_finished_requests_leave_no_attempt_behind(fake_backend: BackendFactory,
                                                          proxy_for: ProxyFactory) -> None:
     """An answer that ended with its own head once armed an idle timer that kept the attempt, and
