@@ -33,6 +33,7 @@ from multidict import CIMultiDict
 
 from policies.routing.base import Decision
 from proxy.app import PROXY_KEY, Proxy, errors_middleware, generation_forward, with_prefill
+from proxy.config import BackendSpec
 from proxy.dispatch import MAX_ERROR_BODY_BYTES, Dispatcher, Forward, RetryableAnswer
 from proxy.errors import ProxyError, ThrottledWarning, error_body, sse_error_event
 from proxy.forward import (
@@ -77,6 +78,8 @@ FIELD_WEIGHT = MAX_FIELD_BYTES // MAX_HEADERS + 1
 limit, so one comparison per field stands for both."""
 HEAD, BODY, IDLE = range(3)
 """What a connection waits for: a request's head, its body, or (kept alive) the next request."""
+MAX_STARTS = 4096
+"""`FastPath.request_start` keeps this many answers at most."""
 OWN = {"x-flotilla-backend": ""}
 """The proxy's own answers name no backend, but still carry the header every response has."""
 
@@ -717,7 +720,8 @@ class FastPath:
         config = self.proxy.config
         self.max_body_bytes = config.max_body_bytes
         self.upstream = UpstreamPool(not_relayed=DROP_DOWN)
-        self.targets: dict[str, Target] = {}
+        self._starts: dict[tuple[str, str, str], tuple[BackendSpec, Target, bytes]] = {}
+        """`request_start`'s answers by backend URL, method and route."""
         self._enabled: bool | None = None if config.fast_path else False
         self._dispatcher: Dispatcher | None = None
         self._static: list[tuple[str, str]] = []
@@ -828,11 +832,23 @@ class FastPath:
             exchange.answer_error(ProxyError(500, "Internal error in the proxy."), OWN)
         return exchange.keep_alive
 
-    def target(self, backend: Backend) -> Target:
-        t = self.targets.get(backend.url)
-        if t is None:
-            t = self.targets[backend.url] = target_of(backend.url)
-        return t
+    def request_start(self, backend: Backend, fwd: Forward) -> tuple[Target, bytes]:
+        """Where `backend` is, and a request's first lines to it: the request line, Host, and the
+        backend's own Authorization when it has credentials (made once per backend and route)."""
+        spec = backend.spec
+        key = (spec.url, fwd.method, fwd.path_qs)
+        known = self._starts.get(key)
+        if known is not None and known[0] is spec:  # a spec replaced under the same URL is read again
+            return known[1], known[2]
+        target = target_of(spec.url)
+        auth = spec.authorization
+        start = b"".join((fwd.method.encode(), b" ", target.base_path.encode(), fwd.path_qs.encode(),
+                          b" HTTP/1.1\r\nHost: ", target.host_header, b"\r\n",
+                          b"Authorization: " + auth.encode("latin-1") + b"\r\n" if auth is not None else b""))
+        if len(self._starts) >= MAX_STARTS:  # backends come and go: never more than this kept
+            self._starts.clear()
+        self._starts[key] = (spec, target, start)
+        return target, start
 
     def upstream_fields(self, req: Incoming, request_id_line: bytes) -> bytes:
         """The client's end-to-end header lines for the engine (proxy/forward.py's rule)."""
@@ -898,7 +914,7 @@ class Exchange:
         fast = self.fast
         loop = self.front.loop
         timeouts = self.d.config.timeouts
-        target = fast.target(backend)
+        target, start = fast.request_start(backend, fwd)
         conn = fast.upstream.take_idle(target)
         if conn is None:
             try:
@@ -908,17 +924,13 @@ class Exchange:
                 raise UpstreamFailure("connect", retryable=True, status=504) from exc
             except OSError as exc:
                 raise UpstreamFailure("connect", retryable=True) from exc
-        auth = backend.spec.authorization
-        auth_line = b"Authorization: " + auth.encode("latin-1") + b"\r\n" if auth is not None else b""
-        if auth_line:  # the backend's own credentials replace whatever the client sent
+        if backend.spec.has_credentials:  # the backend's own credentials replace whatever the client sent
             fields = b"\r\n".join(line for line in fields.split(b"\r\n")
                                   if not line.lower().startswith(b"authorization:"))
             fields = fields + (b"\r\n" if fields and not fields.endswith(b"\r\n") else b"")
         body = fwd.body
         attempt = Attempt(loop, conn, WHOLE_BODY_MAX_BYTES)
-        conn.send(b"".join((fwd.method.encode(), b" ", target.base_path.encode(), fwd.path_qs.encode(),
-                            b" HTTP/1.1\r\nHost: ", target.host_header, b"\r\n", fields, auth_line,
-                            b"Content-Length: %d\r\n\r\n" % len(body))), body, attempt)
+        conn.send(b"".join((start, fields, b"Content-Length: %d\r\n\r\n" % len(body))), body, attempt)
         attempt.head_due = min(deadline, loop.time() + timeouts.first_byte_s)
         attempt.head_late = "total_timeout" if attempt.head_due == deadline else "first_byte_timeout"
         self.front.head_wait = attempt  # FastPath.sweep times it out: no timer made and cancelled per request

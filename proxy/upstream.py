@@ -70,10 +70,8 @@ class Target:
     base_path: str
     """A path the backend URL carries before the route (usually empty)."""
     host_header: bytes
-
-    @property
-    def key(self) -> tuple[str, int, bool]:
-        return self.host, self.port, self.tls
+    key: tuple[str, int, bool]
+    """(host, port, tls): which idle connections serve it (a field: read on every request)."""
 
 
 def target_of(url: str) -> Target:
@@ -84,7 +82,7 @@ def target_of(url: str) -> Target:
     netloc = f"[{host}]" if ":" in host else host
     default_port = 443 if tls else 80
     host_header = netloc if parts.port in (None, default_port) else f"{netloc}:{port}"
-    return Target(host, port, tls, parts.path.rstrip("/"), host_header.encode("idna"))
+    return Target(host, port, tls, parts.path.rstrip("/"), host_header.encode("idna"), (host, port, tls))
 
 
 def set_nodelay(transport: asyncio.BaseTransport) -> None:

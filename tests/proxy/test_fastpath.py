@@ -10,14 +10,18 @@ import gzip
 import json
 from collections.abc import AsyncIterator
 from email.utils import parsedate_to_datetime
+from types import SimpleNamespace
 
 import aiohttp
 import pytest
 from aiohttp import web
 from multidict import CIMultiDict
 
+from policies.routing.base import RequestInfo
 from proxy.app import RunningProxy, start_proxy
-from proxy.fastpath import ClientHeaders, Incoming
+from proxy.config import BackendSpec
+from proxy.dispatch import Forward
+from proxy.fastpath import ClientHeaders, FastPath, Incoming
 from tests.proxy.conftest import BackendFactory, ProxyFactory, fast_config
 
 BODY = json.dumps({"model": "tiny-llama", "prompt": "hello"}).encode()
@@ -294,3 +298,15 @@ def test_client_headers_read_as_the_multidict_of_every_field_does() -> None:
         assert (name in lazy) == (name in full), name
     assert list(lazy.items()) == list(full.items())  # repeated names keep their own values
     assert lazy.getall("X-TAG") == ["one", "two"] and lazy["x-tag"] == "one" and len(lazy) == 5
+
+
+def test_a_request_start_is_made_again_when_the_backend_spec_under_its_url_changes() -> None:
+    fast = FastPath.__new__(FastPath)  # request_start reads only its own cache
+    fast._starts = {}
+    fwd = Forward("POST", "/v1/completions", b"{}", RequestInfo())
+    first = fast.request_start(SimpleNamespace(spec=BackendSpec("http://e:8000/base", api_key="one")), fwd)[1]
+    again = fast.request_start(SimpleNamespace(spec=BackendSpec("http://e:8000/base", api_key="two")), fwd)[1]
+    assert first == b"POST /base/v1/completions HTTP/1.1\r\nHost: e:8000\r\nAuthorization: Bearer one\r\n"
+    assert again.endswith(b"Authorization: Bearer two\r\n")
+    plain = fast.request_start(SimpleNamespace(spec=BackendSpec("http://e:8000/base")), fwd)[1]
+    assert b"Authorization" not in plain
