@@ -720,7 +720,7 @@ class FastPath:
         config = self.proxy.config
         self.max_body_bytes = config.max_body_bytes
         self.upstream = UpstreamPool(not_relayed=DROP_DOWN)
-        self._starts: dict[tuple[str, str, str], tuple[BackendSpec, Target, bytes]] = {}
+        self._starts: dict[tuple[str, str, str], tuple[BackendSpec, Target, bytes, bytes]] = {}
         """`request_start`'s answers by backend URL, method and route."""
         self._enabled: bool | None = None if config.fast_path else False
         self._dispatcher: Dispatcher | None = None
@@ -832,14 +832,15 @@ class FastPath:
             exchange.answer_error(ProxyError(500, "Internal error in the proxy."), OWN)
         return exchange.keep_alive
 
-    def request_start(self, backend: Backend, fwd: Forward) -> tuple[Target, bytes]:
-        """Where `backend` is, and a request's first lines to it: the request line, Host, and the
-        backend's own Authorization when it has credentials (made once per backend and route)."""
+    def request_start(self, backend: Backend, fwd: Forward) -> tuple[Target, bytes, bytes]:
+        """Where `backend` is, a request's first lines to it (the request line, Host, and the
+        backend's own Authorization when it has credentials) and the answer's line naming it;
+        made once per backend and route."""
         spec = backend.spec
         key = (spec.url, fwd.method, fwd.path_qs)
         known = self._starts.get(key)
         if known is not None and known[0] is spec:  # a spec replaced under the same URL is read again
-            return known[1], known[2]
+            return known[1], known[2], known[3]
         target = target_of(spec.url)
         auth = spec.authorization
         start = b"".join((fwd.method.encode(), b" ", target.base_path.encode(), fwd.path_qs.encode(),
@@ -847,8 +848,9 @@ class FastPath:
                           b"Authorization: " + auth.encode("latin-1") + b"\r\n" if auth is not None else b""))
         if len(self._starts) >= MAX_STARTS:  # backends come and go: never more than this kept
             self._starts.clear()
-        self._starts[key] = (spec, target, start)
-        return target, start
+        named = b"x-flotilla-backend: " + spec.url.encode("latin-1", "replace") + b"\r\n"
+        self._starts[key] = (spec, target, start, named)
+        return target, start, named
 
     def upstream_fields(self, req: Incoming, request_id_line: bytes) -> bytes:
         """The client's end-to-end header lines for the engine (proxy/forward.py's rule)."""
@@ -881,7 +883,7 @@ class Exchange:
         self.d: Dispatcher = d
         # set by `dispatch`, read by the retry loop's steps (bound methods, not a closure per request)
         self.fwd: Forward | None = None
-        self.fields = self.id_line = b""
+        self.fields = self.id_line = self.backend_line = b""
         self.request_id = ""
         self.deadline = 0.0
 
@@ -914,7 +916,7 @@ class Exchange:
         fast = self.fast
         loop = self.front.loop
         timeouts = self.d.config.timeouts
-        target, start = fast.request_start(backend, fwd)
+        target, start, self.backend_line = fast.request_start(backend, fwd)
         conn = fast.upstream.take_idle(target)
         if conn is None:
             try:
@@ -979,7 +981,7 @@ class Exchange:
         front = self.front
         timeouts = d.config.timeouts
         fields = _down_fields(head)
-        lines = b"x-flotilla-backend: " + backend.url.encode("latin-1", "replace") + b"\r\n" + id_line
+        lines = self.backend_line + id_line  # the backend `_send` sent this attempt to
         if fwd.debug:
             lines += b"x-flotilla-rule: " + decision.rule.encode("latin-1", "replace") + b"\r\n"
         result: RelayResult | None = None  # made once the attempt ends (or when it is cut short)

@@ -46,6 +46,8 @@ class ResponseHead(msgspec.Struct):
     """As sent, names in their case."""
     content_type: str = ""
     """The media type, lower case, without parameters."""
+    event_stream: bool = False
+    """The media type is text/event-stream."""
     content_length: int | None = None
     chunked: bool = False
     retry_after: str | None = None
@@ -55,9 +57,6 @@ class ResponseHead(msgspec.Struct):
     relayed: list[tuple[bytes, bytes]] = msgspec.field(default_factory=list)
     """`headers` less those named in the pool's `not_relayed` (read in the same pass)."""
 
-    @property
-    def event_stream(self) -> bool:
-        return self.content_type == "text/event-stream"
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +161,7 @@ class UpstreamConnection(asyncio.Protocol):
                 continue
             if lname == b"content-type":
                 head.content_type = value.split(b";", 1)[0].strip().lower().decode("latin-1")
+                head.event_stream = head.content_type == "text/event-stream"
             elif lname == b"content-length":
                 head.content_length = int(value) if value.strip().isdigit() else None
             elif lname == b"transfer-encoding":
