@@ -345,8 +345,11 @@ class Dispatcher:
         backend.prefill_tokens += usage.prefill_tokens
         if decision.predicted_cached_tokens is not None and usage.reports_cache:
             self.metrics.prefix_prediction(backend.url, decision.predicted_cached_tokens, usage.cached_tokens)
-        self.router.feedback(backend, fwd.info, self.clock(), usage.prompt_tokens, usage.cached_tokens)
+        if self.router.wants_feedback:
+            self.router.feedback(backend, fwd.info, self.clock(), usage.prompt_tokens, usage.cached_tokens)
 
     def _record(self, backend: Backend, outcome: Outcome) -> None:
-        if self.pool.record(backend, outcome, self.clock()):
+        if outcome is Outcome.SUCCESS:  # the common case reads no clock
+            self.pool.record_success(backend)
+        elif self.pool.record(backend, outcome, self.clock()):
             self.metrics.ejections.labels(backend.url).inc()

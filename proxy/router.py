@@ -18,7 +18,7 @@ class Router:
         self.metrics = metrics
         self._generation = pool.generation
         # Building a view per finished request costs time; skip it for policies that ignore feedback.
-        self._wants_feedback = type(policy).on_request_complete is not RoutingPolicy.on_request_complete
+        self.wants_feedback = type(policy).on_request_complete is not RoutingPolicy.on_request_complete
 
     def pick(self, info: RequestInfo, now_s: float,
              exclude: Collection[Backend] = ()) -> tuple[Backend, Decision] | None:
@@ -42,7 +42,7 @@ class Router:
     def feedback(self, backend: Backend, info: RequestInfo, now_s: float, prompt_tokens: int,
                  cached_tokens: int) -> None:
         """Tell the policy a request finished (learning policies track cache reuse from it)."""
-        if not self._wants_feedback or backend not in self.pool.backends:
+        if not self.wants_feedback or backend not in self.pool.backends:
             return
         view = backend.view(self.pool.backends.index(backend), now_s)
         self.policy.on_request_complete(view, info, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens)
