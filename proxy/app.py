@@ -221,12 +221,7 @@ def generation_forward(p: Proxy, raw: bytes, body: dict, headers: Mapping[str, s
     the one reading of a request that both the aiohttp handlers and the fast path use."""
     # Parsing asks only whether the model is an adapter: name it alone, not every adapter's union.
     named = body.get("model")
-    adapters: frozenset[str] = frozenset()
-    if isinstance(named, str):
-        for b in p.pool.backends:  # a loop, not any(): no generator made per request
-            if named in b.adapters:
-                adapters = frozenset((named,))
-                break
+    adapters = frozenset((named,)) if isinstance(named, str) and p.pool.has_adapter(named) else frozenset()
     config = p.config
     if anthropic:
         parsed = parse_anthropic_request(body, headers, config.session_header, config.chars_per_token, adapters)

@@ -216,10 +216,6 @@ class BackendSpec:
         object.__setattr__(self, "url", shown.rstrip("/"))
 
     @property
-    def has_credentials(self) -> bool:
-        return self.api_key is not None or self.basic_auth is not None
-
-    @property
     def authorization(self) -> str | None:
         """The Authorization header this backend needs, if the operator gave it credentials."""
         if self.api_key is not None:

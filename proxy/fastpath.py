@@ -29,6 +29,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 import httptools
+import msgspec
 from multidict import CIMultiDict
 
 from policies.routing.base import Decision
@@ -538,6 +539,20 @@ class FrontProtocol(asyncio.Protocol):
         self.close()
 
 
+class RequestStart(msgspec.Struct, frozen=True):
+    """A request's first lines to one backend on one route, and what else depends on the backend
+    alone (`FastPath.request_start`)."""
+
+    spec: BackendSpec
+    """The spec they were made from: a spec replaced under the same URL makes them again."""
+    target: Target
+    lines: bytes
+    """The request line, Host, and the backend's own Authorization when it has credentials."""
+    backend_line: bytes
+    """The answer's `x-flotilla-backend` line."""
+    own_authorization: bool
+
+
 class Attempt:
     """One attempt's response as it arrives: kept until the dispatcher decides, then relayed
     (written to the client as each chunk comes) or kept whole."""
@@ -720,7 +735,7 @@ class FastPath:
         config = self.proxy.config
         self.max_body_bytes = config.max_body_bytes
         self.upstream = UpstreamPool(not_relayed=DROP_DOWN)
-        self._starts: dict[tuple[str, str, str], tuple[BackendSpec, Target, bytes, bytes]] = {}
+        self._starts: dict[tuple[str, str, str], RequestStart] = {}
         """`request_start`'s answers by backend URL, method and route."""
         self._enabled: bool | None = None if config.fast_path else False
         self._dispatcher: Dispatcher | None = None
@@ -832,30 +847,30 @@ class FastPath:
             exchange.answer_error(ProxyError(500, "Internal error in the proxy."), OWN)
         return exchange.keep_alive
 
-    def request_start(self, backend: Backend, fwd: Forward) -> tuple[Target, bytes, bytes]:
-        """Where `backend` is, a request's first lines to it (the request line, Host, and the
-        backend's own Authorization when it has credentials) and the answer's line naming it;
-        made once per backend and route."""
+    def request_start(self, backend: Backend, fwd: Forward) -> RequestStart:
+        """What a request to `backend` on `fwd`'s route starts with, made once per backend and
+        route (and again when the spec under the URL is replaced)."""
         spec = backend.spec
         key = (spec.url, fwd.method, fwd.path_qs)
         known = self._starts.get(key)
-        if known is not None and known[0] is spec:  # a spec replaced under the same URL is read again
-            return known[1], known[2], known[3]
+        if known is not None and known.spec is spec:
+            return known
         target = target_of(spec.url)
         auth = spec.authorization
-        start = b"".join((fwd.method.encode(), b" ", target.base_path.encode(), fwd.path_qs.encode(),
+        lines = b"".join((fwd.method.encode(), b" ", target.base_path.encode(), fwd.path_qs.encode(),
                           b" HTTP/1.1\r\nHost: ", target.host_header, b"\r\n",
                           b"Authorization: " + auth.encode("latin-1") + b"\r\n" if auth is not None else b""))
         if len(self._starts) >= MAX_STARTS:  # backends come and go: never more than this kept
             self._starts.clear()
-        named = b"x-flotilla-backend: " + spec.url.encode("latin-1", "replace") + b"\r\n"
-        self._starts[key] = (spec, target, start, named)
-        return target, start, named
+        start = self._starts[key] = RequestStart(
+            spec, target, lines, b"x-flotilla-backend: " + spec.url.encode("latin-1", "replace") + b"\r\n",
+            own_authorization=auth is not None)
+        return start
 
     def upstream_fields(self, req: Incoming, request_id_line: bytes) -> bytes:
         """The client's end-to-end header lines for the engine (proxy/forward.py's rule)."""
         connection = req.header(b"connection")
-        named = {t.strip().lower() for t in connection.split(b",")} - self._drop_up if connection else None
+        named = connection_named(connection) - self._drop_up if connection else None
         if named:  # it names end-to-end fields hop-by-hop for this request: drop them too
             drop = self._drop_up | named
             lines = [b"".join((name, b": ", value, b"\r\n"))
@@ -916,7 +931,8 @@ class Exchange:
         fast = self.fast
         loop = self.front.loop
         timeouts = self.d.config.timeouts
-        target, start, self.backend_line = fast.request_start(backend, fwd)
+        start = fast.request_start(backend, fwd)
+        target, self.backend_line = start.target, start.backend_line
         conn = fast.upstream.take_idle(target)
         if conn is None:
             try:
@@ -926,13 +942,13 @@ class Exchange:
                 raise UpstreamFailure("connect", retryable=True, status=504) from exc
             except OSError as exc:
                 raise UpstreamFailure("connect", retryable=True) from exc
-        if backend.spec.has_credentials:  # the backend's own credentials replace whatever the client sent
+        if start.own_authorization:  # the backend's own credentials replace whatever the client sent
             fields = b"\r\n".join(line for line in fields.split(b"\r\n")
                                   if not line.lower().startswith(b"authorization:"))
             fields = fields + (b"\r\n" if fields and not fields.endswith(b"\r\n") else b"")
         body = fwd.body
         attempt = Attempt(loop, conn, WHOLE_BODY_MAX_BYTES)
-        conn.send(b"".join((start, fields, b"Content-Length: %d\r\n\r\n" % len(body))), body, attempt)
+        conn.send(b"".join((start.lines, fields, b"Content-Length: %d\r\n\r\n" % len(body))), body, attempt)
         attempt.head_due = min(deadline, loop.time() + timeouts.first_byte_s)
         attempt.head_late = "total_timeout" if attempt.head_due == deadline else "first_byte_timeout"
         self.front.head_wait = attempt  # FastPath.sweep times it out: no timer made and cancelled per request
@@ -1084,5 +1100,10 @@ def _down_fields(head: ResponseHead) -> list[tuple[bytes, bytes]]:
     connection = head.connection
     if not connection:
         return head.relayed
-    drop = {t.strip().lower().encode("latin-1") for t in connection.split(",")}
+    drop = connection_named(connection.encode("latin-1"))
     return [field for field in head.relayed if field[0].lower() not in drop]
+
+
+def connection_named(value: bytes) -> set[bytes]:
+    """The field names a Connection header lists (lower case): hop-by-hop for this message."""
+    return {t.strip().lower() for t in value.split(b",")}

@@ -232,6 +232,13 @@ class BackendPool:
             any_live = True
         return any_live
 
+    def has_adapter(self, name: str) -> bool:
+        """Some backend lists `name` as a LoRA adapter."""
+        for b in self.backends:  # a loop, not any(): no generator made per request
+            if name in b.adapters:
+                return True
+        return False
+
     def model_label(self, model: str | None) -> str:
         """`model` as a metric label: names no backend declares become "other", so clients
         cannot grow the label set without bound."""

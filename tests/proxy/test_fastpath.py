@@ -304,9 +304,12 @@ def test_a_request_start_is_made_again_when_the_backend_spec_under_its_url_chang
     fast = FastPath.__new__(FastPath)  # request_start reads only its own cache
     fast._starts = {}
     fwd = Forward("POST", "/v1/completions", b"{}", RequestInfo())
-    first = fast.request_start(SimpleNamespace(spec=BackendSpec("http://e:8000/base", api_key="one")), fwd)[1]
-    again = fast.request_start(SimpleNamespace(spec=BackendSpec("http://e:8000/base", api_key="two")), fwd)[1]
+    first = fast.request_start(SimpleNamespace(spec=BackendSpec("http://e:8000/base", api_key="one")), fwd).lines
+    again = fast.request_start(SimpleNamespace(spec=BackendSpec("http://e:8000/base", api_key="two")), fwd).lines
     assert first == b"POST /base/v1/completions HTTP/1.1\r\nHost: e:8000\r\nAuthorization: Bearer one\r\n"
     assert again.endswith(b"Authorization: Bearer two\r\n")
-    plain = fast.request_start(SimpleNamespace(spec=BackendSpec("http://e:8000/base")), fwd)[1]
-    assert b"Authorization" not in plain
+    plain_spec = BackendSpec("http://e:8000/base")
+    plain = fast.request_start(SimpleNamespace(spec=plain_spec), fwd)
+    assert b"Authorization" not in plain.lines and not plain.own_authorization
+    assert fast.request_start(SimpleNamespace(spec=plain_spec), fwd) is plain  # the same spec: kept
+    assert plain.backend_line == b"x-flotilla-backend: http://e:8000/base\r\n"

@@ -90,3 +90,9 @@ def test_model_labels_are_bounded_to_served_models() -> None:
     pool = ready_pool("http://a:1")
     pool.backends[0].discovered_models = frozenset({"m1"})
     assert [pool.model_label(m) for m in ("m1", "random-123", None)] == ["m1", "other", ""]
+
+
+def test_an_adapter_is_known_when_some_backend_lists_it() -> None:
+    pool = ready_pool("http://a:1", "http://b:1")
+    pool.backends[1].adapters = frozenset({"sql-lora"})
+    assert pool.has_adapter("sql-lora") and not pool.has_adapter("m1")
