@@ -95,7 +95,7 @@ def cmd_overhead(args: argparse.Namespace, command: str) -> str:
     (args.out / "peers-overhead.json").write_text(json.dumps(
         {"command": command, "machine": where, "config": vars(cfg), "startup_s": startup, "phases": rows}, indent=1))
     rates = {"low": cfg.low_rate, "high": cfg.high_rate, "stream": cfg.stream_rate}
-    text = overhead_text(command, where, overhead_report.table(rows, rates), startup, cfg, args)
+    text = overhead_text(command, where, overhead_report.tables(rows, rates), startup, cfg, args)
     if not args.no_write:
         args.img.mkdir(parents=True, exist_ok=True)
         overhead_report.plot(rows, args.img / "peers-overhead.png")
@@ -121,7 +121,9 @@ after each phase, busy CPU from `/proc/stat` minus this benchmark's own processe
 other jobs used; above {args.max_other_cores:g} the phase is repeated (the quietest try is kept,
 {NOISY_NOTE}). Cells are the median over rounds with the [min–max] spread. Routers use their
 round-robin policy (LiteLLM: simple-shuffle, one worker, no master key); nginx-light runs 2
-workers, upstream keep-alive, buffering off. Startup to ready: {starts}.
+workers, upstream keep-alive, buffering off. Startup to ready: {starts}. The second table, when
+vllm-router ran, divides each router's max req/s by vllm-router's in the same round: the targets
+of a round run back to back, so a slow spell that spans a round cancels there.
 
 ![overhead](img/peers-overhead.png)
 
@@ -237,7 +239,7 @@ def cmd_report(out: Path) -> int:
         args = parser().parse_args(shlex.split(data["command"])[3:])
         cfg = OverheadConfig(**data["config"])
         rates = {"low": cfg.low_rate, "high": cfg.high_rate, "stream": cfg.stream_rate}
-        table = overhead_report.table(data["phases"], rates)
+        table = overhead_report.tables(data["phases"], rates)
         overhead_report.plot(data["phases"], args.img / "peers-overhead.png")
         write_block(args.doc, "peers-overhead",
                     overhead_text(data["command"], data["machine"], table, data["startup_s"], cfg, args))

@@ -56,6 +56,35 @@ def table(records: list[dict], rates: dict[str, float]) -> str:
     return markdown_table(head, rows)
 
 
+REFERENCE = "vllm-router round_robin"
+"""The router the max-rate bar is set against (issue 21)."""
+
+
+def paired(records: list[dict], reference: str = REFERENCE) -> str:
+    """Each router's max req/s as a share of `reference`'s in the same round. Within a round the
+    targets run back to back, so a slow spell of the machine that spans a round cancels here,
+    while the table's medians of each target over rounds keep it."""
+    ref = {r["round"]: r["rate_rps"] for r in _rows(records, reference, "max")}
+    if not ref:
+        return ""
+    rows = []
+    for t in targets_of(records):
+        if t in ("direct", reference):
+            continue
+        shares = [100 * r["rate_rps"] / ref[r["round"]] for r in _rows(records, t, "max")
+                  if ref.get(r["round"])]
+        if shares:
+            rows.append([t, cell(shares, 0), f"{sum(s >= 100 for s in shares)} of {len(shares)}"])
+    head = ["target", f"max req/s, % of {reference}'s in the same round", "rounds at or above it"]
+    return markdown_table(head, rows)
+
+
+def tables(records: list[dict], rates: dict[str, float]) -> str:
+    """The overhead table, then the paired max-rate table when the reference ran."""
+    pair = paired(records)
+    return table(records, rates) + (f"\n\n{pair}" if pair else "")
+
+
 _PANELS = (("high", "p50_ms", "added p50 latency @ high rate (ms)", True),
            ("stream", "p50_ms", "added stream TTFB p50 (ms)", True),
            ("high", "cpu_ms_per_req", "router CPU ms per request @ high rate", False),

@@ -52,3 +52,19 @@ def test_quality_row_shows_hit_rate_goodput_and_split() -> None:
 def test_overhead_config_names_the_bad_field() -> None:
     with pytest.raises(ValueError, match="high_rate"):
         OverheadConfig(high_rate=0)
+
+
+def test_max_rate_is_paired_with_the_reference_round_by_round() -> None:
+    rows = []
+    for rnd, (ours, ref) in enumerate([(900, 1000), (1200, 1000), (600, 500)], start=1):
+        rows.append(_phase("direct", "max", rnd, 1.0, None) | {"rate_rps": 5000.0})
+        rows.append(_phase("flotilla", "max", rnd, 1.0, 0.1) | {"rate_rps": float(ours)})
+        rows.append(_phase(overhead_report.REFERENCE, "max", rnd, 1.0, 0.1) | {"rate_rps": float(ref)})
+    text = overhead_report.paired(rows)
+    lines = text.splitlines()
+    assert len(lines) == 3  # head, rule, flotilla: neither direct nor the reference itself
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    # 90, 120 and 120 %: the third round's machine was slow for both, which pairing cancels
+    assert cells == ["flotilla", "120 [90–120]", "2 of 3"]
+    assert overhead_report.paired([r for r in rows if r["target"] != overhead_report.REFERENCE]) == ""
+    assert overhead_report.tables(rows, {"low": 20, "high": 200, "stream": 100}).endswith(text)
