@@ -26,7 +26,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from policies.routing.base import BackendState, Decision, RequestInfo
-from proxy.breaker import Outcome, outcome_of_status
+from proxy.breaker import SUCCESS, Outcome, outcome_of_status
 from proxy.config import ProxyConfig
 from proxy.errors import ProxyError, error_response, speaks_anthropic
 from proxy.forward import (
@@ -336,7 +336,7 @@ class Dispatcher:
 
     def _account_usage(self, fwd: Forward, event_stream: bool, backend: Backend, decision: Decision,
                        result: RelayResult) -> None:
-        if b'"usage"' not in result.tail:
+        if result.tail.find(b'"usage"') < 0:  # not `in`: bytes.__contains__ tries an int first, and raises
             return
         usage = usage_from_sse_tail(result.tail) if event_stream else (
             usage_from_json(result.body) if result.body is not None else None)
@@ -349,7 +349,7 @@ class Dispatcher:
             self.router.feedback(backend, fwd.info, self.clock(), usage.prompt_tokens, usage.cached_tokens)
 
     def _record(self, backend: Backend, outcome: Outcome) -> None:
-        if outcome is Outcome.SUCCESS:  # the common case reads no clock
+        if outcome is SUCCESS:  # the common case reads no clock
             self.pool.record_success(backend)
         elif self.pool.record(backend, outcome, self.clock()):
             self.metrics.ejections.labels(backend.url).inc()
