@@ -23,7 +23,6 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Iterator, Mapping
-from dataclasses import dataclass, field
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -94,28 +93,32 @@ class Refused(Exception):
         self.message = message
 
 
-@dataclass(slots=True)
 class Incoming:
-    """One request as parsed from the client."""
+    """One request as parsed from the client. A plain class: one is made per request, and a
+    dataclass's default factories cost a call each."""
 
-    url: bytes = b""
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    head_weight: int = 0
-    """The head's bytes so far, plus FIELD_WEIGHT - 4 per field (`on_header`'s one check of size)."""
-    body: list[bytes] = field(default_factory=list)
-    body_bytes: int = 0
-    method: bytes = b""
-    version: str = "1.1"
-    keep_alive: bool = True
-    first: dict[bytes, bytes] = field(default_factory=dict)
-    """The first value of each field, by lower-case name (what `ClientHeaders.get` reads)."""
-    noted: dict[bytes, bytes] = field(default_factory=dict)
-    """The last value of each header in NOTED, by lower-case name (read once, while parsing)."""
-    plain: bool = True
-    """No header that sends the request to aiohttp (a coding, x-flotilla-debug, Upgrade)."""
-    up: list[bytes] = field(default_factory=list)
-    """The header lines for the engine, as they arrive: every field but those always dropped
-    (a `Connection` header may name more: `FastPath.upstream_fields`)."""
+    __slots__ = ("url", "headers", "head_weight", "body", "body_bytes", "method", "version", "keep_alive",
+                 "first", "noted", "plain", "up")
+
+    def __init__(self, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = [] if headers is None else headers
+        self.head_weight = 0
+        """The head's bytes so far, plus FIELD_WEIGHT - 4 per field (`on_header`'s one check of size)."""
+        self.body: list[bytes] = []
+        self.body_bytes = 0
+        self.method = b""
+        self.version = "1.1"
+        self.keep_alive = True
+        self.first: dict[bytes, bytes] = {}
+        """The first value of each field, by lower-case name (what `ClientHeaders.get` reads)."""
+        self.noted: dict[bytes, bytes] = {}
+        """The last value of each header in NOTED, by lower-case name (read once, while parsing)."""
+        self.plain = True
+        """No header that sends the request to aiohttp (a coding, x-flotilla-debug, Upgrade)."""
+        self.up: list[bytes] = []
+        """The header lines for the engine, as they arrive: every field but those always dropped
+        (a `Connection` header may name more: `FastPath.upstream_fields`)."""
 
     def header(self, name: bytes) -> bytes | None:
         return self.noted.get(name)
