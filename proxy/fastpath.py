@@ -394,8 +394,11 @@ class FrontProtocol(asyncio.Protocol):
         assert self.cur is not None
         self.queue.append(self.cur)
         self.cur = None
-        if self.task is not None and self.reading and self.transport is not None:
-            self.transport.pause_reading()  # pipelined: one answer at a time, the rest wait in the socket
+        task = self.task
+        # pipelined: one answer at a time, the rest wait in the socket. A task already done has
+        # answered; only its done-callback (`_served`) is still to run, so reading goes on.
+        if task is not None and self.reading and not task.done() and self.transport is not None:
+            self.transport.pause_reading()
             self.reading = False
 
     # serving

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import gzip
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from email.utils import parsedate_to_datetime
 from types import SimpleNamespace
 
@@ -313,3 +313,56 @@ def test_a_request_start_is_made_again_when_the_backend_spec_under_its_url_chang
     assert b"Authorization" not in plain.lines and not plain.own_authorization
     assert fast.request_start(SimpleNamespace(spec=plain_spec), fwd) is plain  # the same spec: kept
     assert plain.backend_line == b"x-flotilla-backend: http://e:8000/base\r\n"
+
+
+class RecordingTransport(asyncio.Transport):
+    """A client's side as FrontProtocol sees it: what was written, and every pause of reading."""
+
+    def __init__(self, on_write: Callable[[bytes], None]) -> None:
+        super().__init__()
+        self.written: list[bytes] = []
+        self.pauses = 0
+        self.on_write = on_write
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+    def write(self, data: bytes) -> None:  # type: ignore[override]
+        self.written.append(bytes(data))
+        self.on_write(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None:
+        self.pauses += 1
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+async def test_the_next_request_read_before_the_last_ones_bookkeeping_does_not_pause_reading(
+        fake_backend: BackendFactory, proxy_for: ProxyFactory) -> None:
+    """A client that sends its next request the moment an answer arrives (wrk, a busy SDK) often
+    lands between the answer's task ending and its done-callback: the connection is not
+    pipelining, and pausing then resuming its reading costs the event loop two epoll changes."""
+    b = await fake_backend()
+    p = await proxy_for([b])
+    loop = asyncio.get_running_loop()
+    front = p.runner.server()  # type: ignore[attr-defined]
+    # the first answer is written inside its task's last step: the request fed from the next
+    # call_soon arrives after that task is done and before its done-callback runs
+    transport = RecordingTransport(lambda data: len(transport.written) == 1 and loop.call_soon(
+        front.data_received, post("/v1/completions", extra=b"X-Request-Id: second\r\n")))
+    front.connection_made(transport)
+    front.data_received(post("/v1/completions", extra=b"X-Request-Id: first\r\n"))
+    async with asyncio.timeout(10):
+        while len(transport.written) < 2:
+            await asyncio.sleep(0.01)
+    assert [w.split(b"\r\n", 1)[0] for w in transport.written] == [b"HTTP/1.1 200 OK"] * 2
+    assert b"x-request-id: second" in transport.written[1].lower()
+    assert transport.pauses == 0
+    front.connection_lost(None)
