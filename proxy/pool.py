@@ -23,11 +23,11 @@ if TYPE_CHECKING:
     from proxy.workers import SharedLoad
 
 AGE_RESOLUTION_S = 0.01
+"""Metrics ages in cached views are exact to this; policies judge staleness in tenths of seconds."""
 
 # Python 3.11's EnumType has a __getattr__, which sends every read of `BackendState.READY` through
 # a slow lookup (about 75 ns, against 9 for a module name): the request path reads these.
 _READY, _EJECTED, _DRAINING = BackendState.READY, BackendState.EJECTED, BackendState.DRAINING
-"""Metrics ages in cached views are exact to this; policies judge staleness in tenths of seconds."""
 
 
 class Reservation(msgspec.Struct):
