@@ -353,10 +353,15 @@ async def test_the_next_request_read_before_the_last_ones_bookkeeping_does_not_p
     p = await proxy_for([b])
     loop = asyncio.get_running_loop()
     front = p.runner.server()  # type: ignore[attr-defined]
+    in_the_window: list[bool] = []
+
+    def next_request() -> None:
+        in_the_window.append(front.task is not None and front.task.done())
+        front.data_received(post("/v1/completions", extra=b"X-Request-Id: second\r\n"))
+
     # the first answer is written inside its task's last step: the request fed from the next
     # call_soon arrives after that task is done and before its done-callback runs
-    transport = RecordingTransport(lambda data: len(transport.written) == 1 and loop.call_soon(
-        front.data_received, post("/v1/completions", extra=b"X-Request-Id: second\r\n")))
+    transport = RecordingTransport(lambda data: len(transport.written) == 1 and loop.call_soon(next_request))
     front.connection_made(transport)
     front.data_received(post("/v1/completions", extra=b"X-Request-Id: first\r\n"))
     async with asyncio.timeout(10):
@@ -364,5 +369,6 @@ async def test_the_next_request_read_before_the_last_ones_bookkeeping_does_not_p
             await asyncio.sleep(0.01)
     assert [w.split(b"\r\n", 1)[0] for w in transport.written] == [b"HTTP/1.1 200 OK"] * 2
     assert b"x-request-id: second" in transport.written[1].lower()
+    assert in_the_window == [True]  # the case this test is about: done, its callback not yet run
     assert transport.pauses == 0
     front.connection_lost(None)
