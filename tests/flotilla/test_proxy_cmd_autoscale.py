@@ -114,8 +114,12 @@ def test_two_workers_scale_from_zero_through_the_leader_and_a_new_leader_scales_
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     engine = f"{sys.executable} -m fake_engines.vllm.cli serve llama-3.1-8b --time-scale 0.05 --load-gbps 1000"
+    # seed plans 1.6 req/s per replica by default: the loop below, a request after another until
+    # both workers have answered, can pass that on a fast machine and rightly ask for a second
+    # replica. At 100 req/s per replica any rate here wants one, so two engines mean a double start.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flotilla", "proxy", "--port", str(port), "--workers", "2", "--autoscale", "seed",
+        [sys.executable, "-m", "flotilla", "proxy", "--port", str(port), "--workers", "2",
+         "--autoscale", "seed:capacity_rps=100",
          "--engine-cmd", engine, "--min-replicas", "0", "--max-replicas", "2", "--autoscale-interval-s", "1",
          "--hold-max-wait-s", "60", "--scrape-interval-s", "0.1"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
