@@ -26,7 +26,7 @@ from proxy.admission import Admission
 from proxy.body import read_body
 from proxy.config import ProxyConfig
 from proxy.debug import debug_route
-from proxy.dispatch import Dispatcher, Forward
+from proxy.dispatch import Dispatcher
 from proxy.engine_tokens import engine_anthropic_prompt_ids, engine_prompt_ids
 from proxy.errors import ProxyError, ThrottledWarning, error_response, speaks_anthropic
 from proxy.forward import new_request_id
@@ -37,6 +37,7 @@ from proxy.paths import canonical_path_middleware
 from proxy.pd import PrefillStage, attach_prefill
 from proxy.pool import Backend, BackendPool
 from proxy.pooling import POOLING_POLICY, ROUTE_FLAVORS, parse_pooling_request
+from proxy.records import Forward
 from proxy.reload import FleetWatcher
 from proxy.request_parse import check_content_type, load_json_object, parse_anthropic_request, parse_request
 from proxy.router import Router

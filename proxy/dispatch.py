@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import aiohttp
-import msgspec
 from aiohttp import web
 from multidict import CIMultiDict
 
-from policies.routing.base import BackendState, Decision, RequestInfo
+from policies.routing.base import BackendState, Decision
 from proxy.breaker import SUCCESS, Outcome, outcome_of_status
 from proxy.config import ProxyConfig
 from proxy.errors import ProxyError, error_response, speaks_anthropic
@@ -46,7 +45,8 @@ from proxy.forward import (
     with_credentials,
 )
 from proxy.metrics import RouterMetrics
-from proxy.pool import Backend, BackendPool, Reservation
+from proxy.pool import Backend, BackendPool
+from proxy.records import Forward, Reservation
 from proxy.retry import is_retryable_status, parse_retry_after_s, wait_before_retry_s
 from proxy.router import Router
 from proxy.server import cut_by_shutdown
@@ -61,28 +61,6 @@ CLIENT_GONE_STATUS = 499
 SHUTDOWN_CUT_STATUS = 503
 """The status label of an answer the proxy's shutdown cut: what the client was told (a final
 error event with code 503, or a 503)."""
-
-
-class Forward(msgspec.Struct, frozen=True):
-    """What to send upstream for one client request (a msgspec Struct: built in C, several
-    times faster than a dataclass; `msgspec.structs.replace` makes a changed copy)."""
-
-    method: str
-    path_qs: str
-    """Path and query string, the same on the backend as on the proxy."""
-    body: bytes
-    info: RequestInfo
-    debug: bool = False
-    """Client sent x-flotilla-debug: 1: answer with the deciding rule too."""
-    accounts_usage: bool = False
-    """A completions or chat request: read usage from the response for prefill accounting."""
-    strip_usage: bool = False
-    """The proxy added stream_options.include_usage: drop the usage event before the client."""
-    flavors: frozenset[str] | None = None
-    """Only backends of these flavors serve the route (None: every backend)."""
-    request_id: str | None = None
-    """The X-Request-Id already given to this request (P/D: its prefill phase's); None: the
-    client's, else a new one."""
 
 
 @dataclass

@@ -28,13 +28,11 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 import httptools
-import msgspec
 from multidict import CIMultiDict
 
 from policies.routing.base import Decision
 from proxy.app import PROXY_KEY, Proxy, errors_middleware, generation_forward, with_prefill
-from proxy.config import BackendSpec
-from proxy.dispatch import MAX_ERROR_BODY_BYTES, Dispatcher, Forward, RetryableAnswer
+from proxy.dispatch import MAX_ERROR_BODY_BYTES, Dispatcher, RetryableAnswer
 from proxy.errors import ProxyError, ThrottledWarning, error_body, sse_error_event
 from proxy.forward import (
     NOT_FORWARDED_DOWN,
@@ -45,7 +43,8 @@ from proxy.forward import (
     new_request_id,
 )
 from proxy.paths import canonical_path_middleware
-from proxy.pool import Backend, Reservation
+from proxy.pool import Backend
+from proxy.records import Forward, RequestStart, Reservation, ResponseHead
 from proxy.request_parse import check_content_type, load_json_object
 from proxy.server import (
     CUT_MESSAGE,
@@ -56,7 +55,7 @@ from proxy.server import (
     cut_middleware,
     peer_address,
 )
-from proxy.upstream import ResponseHead, Target, UpstreamConnection, UpstreamPool, set_nodelay, target_of
+from proxy.upstream import UpstreamConnection, UpstreamPool, set_nodelay, target_of
 from proxy.usage import TAIL_BYTES, UsageEventFilter
 
 if TYPE_CHECKING:
@@ -543,20 +542,6 @@ class FrontProtocol(asyncio.Protocol):
                 task.cancel()
                 await asyncio.wait({task}, timeout=CUT_WAIT_S)
         self.close()
-
-
-class RequestStart(msgspec.Struct, frozen=True):
-    """A request's first lines to one backend on one route, and what else depends on the backend
-    alone (`FastPath.request_start`)."""
-
-    spec: BackendSpec
-    """The spec they were made from: a spec replaced under the same URL makes them again."""
-    target: Target
-    lines: bytes
-    """The request line, Host, and the backend's own Authorization when it has credentials."""
-    backend_line: bytes
-    """The answer's `x-flotilla-backend` line."""
-    own_authorization: bool
 
 
 class Attempt:

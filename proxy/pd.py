@@ -29,11 +29,11 @@ from prometheus_client import Counter, Histogram
 
 from policies.routing import create_policy
 from proxy.config import ProxyConfig
-from proxy.dispatch import Forward
 from proxy.forward import upstream_headers, with_credentials
 from proxy.health import HealthChecker
 from proxy.metrics import RouterMetrics
 from proxy.pool import Backend, BackendPool
+from proxy.records import Forward
 from proxy.retry import is_retryable_status
 from proxy.router import Router
 from proxy.scraper import Scraper

@@ -12,12 +12,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from policies.routing.base import BackendState, BackendView
 from proxy.breaker import CircuitBreaker, CircuitState, Outcome
 from proxy.config import BackendSpec, BreakerConfig, redact_url
 from proxy.engine_metrics import LoadSample
+from proxy.records import Reservation
 
 if TYPE_CHECKING:
     from proxy.workers import SharedLoad
@@ -28,18 +27,6 @@ AGE_RESOLUTION_S = 0.01
 # Python 3.11's EnumType has a __getattr__, which sends every read of `BackendState.READY` through
 # a slow lookup (about 75 ns, against 9 for a module name): the request path reads these.
 _READY, _EJECTED, _DRAINING = BackendState.READY, BackendState.EJECTED, BackendState.DRAINING
-
-
-class Reservation(msgspec.Struct):
-    """What one request holds on its backend from pick time until its last byte."""
-
-    backend: Backend
-    tokens: int
-    """Estimated prompt plus max tokens."""
-    scrape_epoch: int
-    """The backend's scrape epoch at pick time: if no scrape ended since, the engine's own
-    counters do not include this request yet."""
-    released: bool = False
 
 
 @dataclass(eq=False)

@@ -20,7 +20,8 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 import httptools
-import msgspec
+
+from proxy.records import ResponseHead
 
 READ = frozenset({b"content-type", b"content-length", b"transfer-encoding", b"retry-after", b"connection"})
 """The response fields the head reads (the others it only relays)."""
@@ -37,26 +38,6 @@ class ResponseSink(Protocol):
 
     def on_lost(self, reason: str) -> None:
         """The connection broke (or spoke no HTTP) before the response's end."""
-
-
-class ResponseHead(msgspec.Struct):
-    status: int
-    reason: str
-    headers: list[tuple[bytes, bytes]]
-    """As sent, names in their case."""
-    content_type: str = ""
-    """The media type, lower case, without parameters."""
-    event_stream: bool = False
-    """The media type is text/event-stream."""
-    content_length: int | None = None
-    chunked: bool = False
-    retry_after: str | None = None
-    """The first Retry-After value."""
-    connection: str | None = None
-    """Every Connection field's options, joined (read in the same pass as the fields above)."""
-    relayed: list[tuple[bytes, bytes]] = msgspec.field(default_factory=list)
-    """`headers` less those named in the pool's `not_relayed` (read in the same pass)."""
-
 
 
 @dataclass(frozen=True, slots=True)

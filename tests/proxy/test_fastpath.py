@@ -20,8 +20,8 @@ from multidict import CIMultiDict
 from policies.routing.base import RequestInfo
 from proxy.app import RunningProxy, start_proxy
 from proxy.config import BackendSpec
-from proxy.dispatch import Forward
 from proxy.fastpath import ClientHeaders, FastPath, Incoming
+from proxy.records import Forward
 from tests.proxy.conftest import BackendFactory, ProxyFactory, fast_config
 
 BODY = json.dumps({"model": "tiny-llama", "prompt": "hello"}).encode()

@@ -7,7 +7,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from proxy.upstream import ResponseHead, UpstreamPool, target_of
+from proxy.records import ResponseHead
+from proxy.upstream import UpstreamPool, target_of
 
 
 def test_a_target_names_the_host_as_the_backend_url_does() -> None:
