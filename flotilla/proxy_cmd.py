@@ -134,8 +134,11 @@ INSTANCE_HEADER = "x-flotilla-instance"
 
 
 def listening_line(url: str, config: ProxyConfig, workers: int = 1) -> str:
+    from proxy.build import describe
+
     each = f", {workers} workers" if workers > 1 else ""
-    return f"flotilla proxy listening on {url} ({len(config.backends)} backends, policy {config.policy}{each})"
+    return (f"flotilla proxy listening on {url} ({len(config.backends)} backends, policy {config.policy}{each}, "
+            f"{describe()})")
 
 
 async def serve(config: ProxyConfig, autoscale: AutoscaleConfig | list[AutoscaleConfig] | None = None,

@@ -3,7 +3,7 @@ dataclasses.
 
 They live apart from the modules that use them because those modules can be compiled with mypyc
 (`make compiled`, docs/benchmarks.md), and a compiled module that defines a msgspec Struct fails at
-import (mypy 1.x's mypyc: a crash, or a TypeError on `msgspec.field`). This module stays plain
+import (mypyc of mypy 2.4: a crash, or a TypeError on `msgspec.field`). This module stays plain
 Python in either build."""
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ target executed meanwhile, divided by the requests, are its cost. System calls a
 (the kernel's side of a read or write); they are the same for every target.
 
 Targets: the pass-through on asyncio's protocols (the least any Python proxy spends), the plain
-aiohttp proxy, and `flotilla proxy` with each policy named. Needs valgrind (Debian: `apt install
+aiohttp proxy, and `flotilla proxy` with each policy named (and with `--compiled`, each again in
+the compiled build: bench/compiled.py). Needs valgrind (Debian: `apt install
 valgrind`); the target runs about fifty times slower under it, so a few thousand requests suffice.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import shutil
 import subprocess
@@ -29,6 +31,7 @@ from pathlib import Path
 import aiohttp
 from tqdm import tqdm
 
+from bench import compiled
 from bench.overhead.__main__ import REPO, free_port, spawn, wait_ready
 from bench.overhead.report import replace_section
 
@@ -36,6 +39,8 @@ START = "<!-- overhead-instructions:start -->"
 END = "<!-- overhead-instructions:end -->"
 BODY = b'{"model": "bench", "prompt": "hello", "max_tokens": 2}'
 FLOORS = {"protocol floor": "bench.overhead.protocol_floor", "aiohttp floor": "bench.overhead.floor"}
+COMPILED = " (compiled)"
+"""The suffix of a target run from the compiled build."""
 READY = {"protocol floor": "/health"}
 """Where each target says it is up (the protocol floor passes the engine's own /health through)."""
 
@@ -82,7 +87,7 @@ async def send(url: str, requests: int, concurrency: int, tick=None) -> None:
 def command(target: str, port: int, backend: str) -> list[str]:
     if target in FLOORS:
         return ["-m", FLOORS[target], "--port", str(port), "--backend", backend]
-    policy = target.removeprefix("flotilla ")
+    policy = target.removeprefix("flotilla ").removesuffix(COMPILED)
     return ["-m", "flotilla", "proxy", "--port", str(port), "--backend", backend, "--policy", policy,
             "--log-level", "warning"]
 
@@ -91,8 +96,8 @@ async def count(target: str, backend: str, args: argparse.Namespace, workdir: Pa
     port = free_port()
     out = workdir / f"cg-{port}"
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
-                             *command(target, port, backend)], cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                             *command(target, port, backend)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            **_where(target))
     url = f"http://127.0.0.1:{port}"
     try:
         await wait_ready(url + READY.get(target, "/ready"), timeout_s=args.start_timeout_s)
@@ -105,6 +110,13 @@ async def count(target: str, backend: str, args: argparse.Namespace, workdir: Pa
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def _where(target: str) -> dict:
+    """Popen's cwd and env for `target`: the compiled build's folder, or the working tree."""
+    if target.endswith(COMPILED):
+        return {"cwd": compiled.DEST, "env": {**os.environ, **compiled.env()}}
+    return {"cwd": REPO}
 
 
 def _control(flag: str, pid: int) -> None:
@@ -138,7 +150,10 @@ async def run(args: argparse.Namespace) -> list[Count]:
     backend_port = free_port()
     backend = f"http://127.0.0.1:{backend_port}"
     proc = spawn(["-m", "bench.overhead.backend", "--port", str(backend_port)])
-    targets = [*([] if args.no_floor else FLOORS), *(f"flotilla {p}" for p in args.policies)]
+    targets = [*([] if args.no_floor else FLOORS), *(f"flotilla {p}" for p in args.policies),
+               *(f"flotilla {p}{COMPILED}" for p in args.policies if args.compiled)]
+    if args.compiled:
+        compiled.build()
     try:
         await wait_ready(backend + "/health")
         with tempfile.TemporaryDirectory() as tmp, \
@@ -163,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=8, help="client connections (default 8)")
     parser.add_argument("--start-timeout-s", type=float, default=300.0,
                         help="how long a target may take to start under valgrind (default 300)")
+    parser.add_argument("--compiled", action="store_true",
+                        help="count each policy in the compiled build too (builds it: about a minute)")
     parser.add_argument("--no-floor", action="store_true", help="count only flotilla proxy")
     parser.add_argument("--write", type=Path, default=REPO / "docs" / "benchmarks.md",
                         help="markdown file whose instructions section is replaced")

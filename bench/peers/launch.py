@@ -10,6 +10,8 @@ from pathlib import Path
 
 import yaml
 
+from bench import compiled
+
 REPO = Path(__file__).resolve().parents[2]
 PEERS_DIR = REPO / "bench" / ".peers"
 LITELLM_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR",
@@ -30,6 +32,8 @@ class RouterSpec:
     """Flotilla's `--workers`: processes serving the one address."""
     flags: tuple[str, ...] = ()
     """More of Flotilla's flags (`--no-fast-path`: its request path before proxy/fastpath.py)."""
+    compiled: bool = False
+    """Flotilla's compiled build (bench/compiled.py, `make compiled`) instead of the working tree."""
 
 
 @dataclass
@@ -42,6 +46,7 @@ class Launch:
     ready_url: str
     env: dict[str, str] = field(default_factory=dict)
     ready_headers: dict[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
 
 
 def venv_bin(peer: str, program: str) -> str:
@@ -100,6 +105,8 @@ def launch(spec: RouterSpec, backends: list[str], port: int, workdir: Path, mode
         argv = [sys.executable, "-m", "flotilla", "proxy", "--port", str(port), "--policy", spec.policy,
                 "--workers", str(spec.workers), "--log-level", "warning", *spec.flags,
                 *[a for b in backends for a in ("--backend", f"vllm={b}")]]
+        if spec.compiled:
+            return Launch(argv, url, url + "/ready", env=compiled.env(), cwd=compiled.DEST)
         return Launch(argv, url, url + "/ready")
     if spec.kind == "sglang":
         argv = [venv_bin("sglang-router", "python"), "-m", "sglang_router.launch_router", "--host", "127.0.0.1",

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from bench import compiled
 from bench.peers.launch import RouterSpec, launch
 from bench.peers.load import Latencies, WrkResult, open_loop, run_wrk
 from bench.peers.noise import GuardConfig, guarded
@@ -22,6 +23,9 @@ TARGETS = (RouterSpec("direct", "direct"), RouterSpec("nginx", "nginx"),
            RouterSpec("aiohttp floor", "floor"),
            RouterSpec("flotilla round-robin", "flotilla", "round-robin"),
            RouterSpec("flotilla round-robin --workers 2", "flotilla", "round-robin", workers=2),
+           RouterSpec("flotilla round-robin (compiled)", "flotilla", "round-robin", compiled=True),
+           RouterSpec("flotilla round-robin --workers 2 (compiled)", "flotilla", "round-robin", workers=2,
+                      compiled=True),
            RouterSpec("flotilla round-robin --workers 2 --no-fast-path", "flotilla", "round-robin", workers=2,
                       flags=("--no-fast-path",)),
            RouterSpec("sglang-router round_robin", "sglang", "round_robin"),
@@ -101,7 +105,8 @@ def start_target(spec: RouterSpec, backend: str, workdir: Path) -> Started:
         url = f"http://127.0.0.1:{port}"
         return Started(spec, url, proc, startup_s=wait_http(url + "/ready", proc=proc))
     how = launch(spec, [backend], port, workdir, "bench")
-    proc = spawn(spec.label, how.argv, workdir / f"{spec.kind}-{spec.policy or 'plain'}.log", env=how.env)
+    log = workdir / f"{spec.kind}-{spec.policy or 'plain'}{'-compiled' if spec.compiled else ''}.log"
+    proc = spawn(spec.label, how.argv, log, env=how.env, cwd=how.cwd)
     headers: dict[str, str] = {}
     startup = wait_http(how.ready_url, timeout_s=90, proc=proc, headers=headers)
     return Started(spec, how.url, proc, headers, startup)
@@ -165,6 +170,8 @@ def run_overhead(targets: list[RouterSpec], cfg: OverheadConfig, guard: GuardCon
                     workdir / "backend.log")
     started: list[Started] = []
     records: list[PhaseRecord] = []
+    if any(spec.compiled for spec in targets):
+        compiled.build()
     try:
         url = f"http://127.0.0.1:{backend_port}"
         wait_http(url + "/health", proc=backend)

@@ -151,7 +151,7 @@ def one_run(spec: RouterSpec, wl: Workload, rnd: int, cfg: FleetConfig, workdir:
     router: Proc | None = None
     try:
         how = launch(spec, urls, free_port(), workdir, MODEL)
-        router = spawn(spec.label, how.argv, workdir / f"{spec.kind}-{spec.policy}.log", env=how.env)
+        router = spawn(spec.label, how.argv, workdir / f"{spec.kind}-{spec.policy}.log", env=how.env, cwd=how.cwd)
         wait_http(how.ready_url, timeout_s=120, proc=router)
         before, c0 = _scrape(urls), tree_cpu_s(router.pid)
         out = workdir / f"{wl.name}-{spec.label.replace(' ', '_')}-r{rnd}.json"
