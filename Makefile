@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install lint interop compose-test
+.PHONY: demo test install lint interop compose-test compiled compiled-test
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,19 @@ test: install
 	./scripts/ensure-prometheus.sh
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not serial and not slow"
 	$(BIN)/python -m pytest -q -m "serial or slow"
+
+# Optional: the request path compiled with mypyc (setup.py, docs/benchmarks.md "The compiled build"),
+# installed into build/compiled beside the working tree, which stays plain Python (about a minute).
+compiled: install
+	$(BIN)/python -m bench.compiled
+
+# The proxy's tests against the compiled build: run from build/compiled, whose modules then come
+# first on sys.path (pytest appends the repository instead of prepending it); test_build.py checks
+# the compiled modules are the ones loaded.
+compiled-test: compiled
+	cd build/compiled && FLOTILLA_EXPECT_COMPILED=1 $(abspath $(BIN))/python -m pytest -q -p no:cacheprovider \
+		-n $(TEST_WORKERS) --rootdir $(CURDIR) -c $(CURDIR)/pyproject.toml --import-mode=append \
+		-m "not serial and not slow" $(CURDIR)/tests/proxy
 
 lint: install
 	$(BIN)/ruff check .

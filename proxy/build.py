@@ -8,7 +8,7 @@ import importlib.machinery
 
 REQUEST_PATH = (
     # the request path, client to engine and back: about 28 % fewer instructions per request compiled.
-    # None may define a msgspec Struct (they live in proxy/records.py).
+    # proxy/records.py says why the request path's Structs are not in them.
     "proxy.fastpath", "proxy.upstream", "proxy.dispatch", "proxy.pool", "proxy.router",
                 "proxy.breaker", "proxy.usage", "proxy.request_parse")
 """The modules setup.py compiles with FLOTILLA_COMPILE=1."""

@@ -61,6 +61,8 @@ from proxy.usage import TAIL_BYTES, UsageEventFilter
 if TYPE_CHECKING:
     from aiohttp import web
 
+    from proxy.config import BackendSpec
+
 log = logging.getLogger(__name__)
 unexpected_warning = ThrottledWarning(log)
 
@@ -78,7 +80,7 @@ limit, so one comparison per field stands for both."""
 HEAD, BODY, IDLE = range(3)
 """What a connection waits for: a request's head, its body, or (kept alive) the next request."""
 MAX_STARTS = 4096
-"""`FastPath.request_start` keeps this many answers at most."""
+"""`RequestStarts` keeps this many answers at most."""
 OWN = {"x-flotilla-backend": ""}
 """The proxy's own answers name no backend, but still carry the header every response has."""
 
@@ -717,6 +719,32 @@ class Relay:
         self.front.write(_chunk(data) if self.chunked else data)
 
 
+class RequestStarts:
+    """What a request to a backend on a route starts with, made once per backend and route (and
+    again when the spec under the URL is replaced)."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, str, str], RequestStart] = {}
+        """By backend URL, method and route."""
+
+    def get(self, spec: BackendSpec, fwd: Forward) -> RequestStart:
+        key = (spec.url, fwd.method, fwd.path_qs)
+        known = self._known.get(key)
+        if known is not None and known.spec is spec:
+            return known
+        target = target_of(spec.url)
+        auth = spec.authorization
+        lines = b"".join((fwd.method.encode(), b" ", target.base_path.encode(), fwd.path_qs.encode(),
+                          b" HTTP/1.1\r\nHost: ", target.host_header, b"\r\n",
+                          b"Authorization: " + auth.encode("latin-1") + b"\r\n" if auth is not None else b""))
+        if len(self._known) >= MAX_STARTS:  # backends come and go: never more than this kept
+            self._known.clear()
+        start = self._known[key] = RequestStart(
+            spec, target, lines, b"x-flotilla-backend: " + spec.url.encode("latin-1", "replace") + b"\r\n",
+            own_authorization=auth is not None)
+        return start
+
+
 class FastPath:
     """The proxy's request path for completions and chat (see the module)."""
 
@@ -726,8 +754,7 @@ class FastPath:
         config = self.proxy.config
         self.max_body_bytes = config.max_body_bytes
         self.upstream = UpstreamPool(not_relayed=DROP_DOWN)
-        self._starts: dict[tuple[str, str, str], RequestStart] = {}
-        """`request_start`'s answers by backend URL, method and route."""
+        self.starts = RequestStarts()
         self._enabled: bool | None = None if config.fast_path else False
         self._dispatcher: Dispatcher | None = None
         self._static: list[tuple[str, str]] = []
@@ -838,26 +865,6 @@ class FastPath:
             exchange.answer_error(ProxyError(500, "Internal error in the proxy."), OWN)
         return exchange.keep_alive
 
-    def request_start(self, backend: Backend, fwd: Forward) -> RequestStart:
-        """What a request to `backend` on `fwd`'s route starts with, made once per backend and
-        route (and again when the spec under the URL is replaced)."""
-        spec = backend.spec
-        key = (spec.url, fwd.method, fwd.path_qs)
-        known = self._starts.get(key)
-        if known is not None and known.spec is spec:
-            return known
-        target = target_of(spec.url)
-        auth = spec.authorization
-        lines = b"".join((fwd.method.encode(), b" ", target.base_path.encode(), fwd.path_qs.encode(),
-                          b" HTTP/1.1\r\nHost: ", target.host_header, b"\r\n",
-                          b"Authorization: " + auth.encode("latin-1") + b"\r\n" if auth is not None else b""))
-        if len(self._starts) >= MAX_STARTS:  # backends come and go: never more than this kept
-            self._starts.clear()
-        start = self._starts[key] = RequestStart(
-            spec, target, lines, b"x-flotilla-backend: " + spec.url.encode("latin-1", "replace") + b"\r\n",
-            own_authorization=auth is not None)
-        return start
-
     def upstream_fields(self, req: Incoming, request_id_line: bytes) -> bytes:
         """The client's end-to-end header lines for the engine (proxy/forward.py's rule)."""
         connection = req.header(b"connection")
@@ -922,7 +929,7 @@ class Exchange:
         fast = self.fast
         loop = self.front.loop
         timeouts = self.d.config.timeouts
-        start = fast.request_start(backend, fwd)
+        start = fast.starts.get(backend.spec, fwd)
         target, self.backend_line = start.target, start.backend_line
         conn = fast.upstream.take_idle(target)
         if conn is None:

@@ -2,9 +2,9 @@
 dataclasses.
 
 They live apart from the modules that use them because those modules can be compiled with mypyc
-(`make compiled`, docs/benchmarks.md), and a compiled module that defines a msgspec Struct fails at
-import (mypyc of mypy 2.4: a crash, or a TypeError on `msgspec.field`). This module stays plain
-Python in either build."""
+(`make compiled`, docs/benchmarks.md), and these four, defined in a compiled module, fail at
+import with mypyc 2.4 (three crash; `ResponseHead` raises a TypeError on `msgspec.field`). This
+module stays plain Python in either build."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 class RequestStart(msgspec.Struct, frozen=True):
     """A request's first lines to one backend on one route, and what else depends on the backend
-    alone (`FastPath.request_start`)."""
+    alone (`proxy.fastpath.RequestStarts`)."""
 
     spec: BackendSpec
     """The spec they were made from: a spec replaced under the same URL makes them again."""

@@ -10,7 +10,6 @@ import gzip
 import json
 from collections.abc import AsyncIterator, Callable
 from email.utils import parsedate_to_datetime
-from types import SimpleNamespace
 
 import aiohttp
 import pytest
@@ -20,7 +19,7 @@ from multidict import CIMultiDict
 from policies.routing.base import RequestInfo
 from proxy.app import RunningProxy, start_proxy
 from proxy.config import BackendSpec
-from proxy.fastpath import ClientHeaders, FastPath, Incoming
+from proxy.fastpath import ClientHeaders, Incoming, RequestStarts
 from proxy.records import Forward
 from tests.proxy.conftest import BackendFactory, ProxyFactory, fast_config
 
@@ -301,17 +300,16 @@ def test_client_headers_read_as_the_multidict_of_every_field_does() -> None:
 
 
 def test_a_request_start_is_made_again_when_the_backend_spec_under_its_url_changes() -> None:
-    fast = FastPath.__new__(FastPath)  # request_start reads only its own cache
-    fast._starts = {}
+    starts = RequestStarts()
     fwd = Forward("POST", "/v1/completions", b"{}", RequestInfo())
-    first = fast.request_start(SimpleNamespace(spec=BackendSpec("http://e:8000/base", api_key="one")), fwd).lines
-    again = fast.request_start(SimpleNamespace(spec=BackendSpec("http://e:8000/base", api_key="two")), fwd).lines
+    first = starts.get(BackendSpec("http://e:8000/base", api_key="one"), fwd).lines
+    again = starts.get(BackendSpec("http://e:8000/base", api_key="two"), fwd).lines
     assert first == b"POST /base/v1/completions HTTP/1.1\r\nHost: e:8000\r\nAuthorization: Bearer one\r\n"
     assert again.endswith(b"Authorization: Bearer two\r\n")
     plain_spec = BackendSpec("http://e:8000/base")
-    plain = fast.request_start(SimpleNamespace(spec=plain_spec), fwd)
+    plain = starts.get(plain_spec, fwd)
     assert b"Authorization" not in plain.lines and not plain.own_authorization
-    assert fast.request_start(SimpleNamespace(spec=plain_spec), fwd) is plain  # the same spec: kept
+    assert starts.get(plain_spec, fwd) is plain  # the same spec: kept
     assert plain.backend_line == b"x-flotilla-backend: http://e:8000/base\r\n"
 
 
