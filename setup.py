@@ -9,8 +9,11 @@ environment's mypy is used: `FLOTILLA_COMPILE=1 pip install --no-build-isolation
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 from setuptools import setup
 
@@ -20,14 +23,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from proxy.build import REQUEST_PATH  # noqa: E402
 
 
-def ext_modules() -> list:
+def compiled_build() -> dict:
+    """setup()'s extension modules and build folder for the compiled build; none for the plain one."""
     if os.environ.get("FLOTILLA_COMPILE") != "1":
-        return []
+        return {}
     from mypyc.build import mypycify
 
+    # A fresh build folder each time: setuptools would otherwise pack a module compiled by an earlier
+    # build that is no longer on the list, left in ./build.
+    base = tempfile.mkdtemp(prefix="flotilla-compiled-")
+    atexit.register(shutil.rmtree, base, True)
     # The mypy settings are pyproject.toml's, less its note on sections for modules not compiled.
-    return mypycify(["--no-warn-unused-configs", *(m.replace(".", "/") + ".py" for m in REQUEST_PATH)],
-                    opt_level="3")
+    modules = mypycify(["--no-warn-unused-configs", *(m.replace(".", "/") + ".py" for m in REQUEST_PATH)],
+                       opt_level="3", target_dir=os.path.join(base, "mypyc"))
+    return {"ext_modules": modules, "options": {"build": {"build_base": base}}}
 
 
-setup(ext_modules=ext_modules())
+setup(**compiled_build())

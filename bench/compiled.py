@@ -27,9 +27,9 @@ def build(dest: Path = DEST) -> Path:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps",
                     "--target", str(tmp), str(REPO)], check=True, cwd=REPO,
                    env={**os.environ, "FLOTILLA_COMPILE": "1"})
+    check(tmp)
     subprocess.run(["rm", "-rf", str(dest)], check=True)
     tmp.rename(dest)
-    check(dest)
     print(f"built in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     return dest
 
