@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import yaml
 
+from bench import compiled
 from bench.peers.launch import RouterSpec, launch, litellm_config, nginx_config
 
 BACKENDS = ["http://127.0.0.1:9001", "http://127.0.0.1:9002"]
@@ -54,3 +56,12 @@ def test_rust_routers_get_distinct_metrics_ports(tmp_path: Path) -> None:
 def test_unknown_kind_is_named(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="kind='envoy'"):
         launch(RouterSpec("e", "envoy"), BACKENDS, 1, tmp_path, "m")
+
+
+def test_flotillas_compiled_build_runs_from_its_own_folder_ahead_of_the_working_tree(tmp_path: Path) -> None:
+    plain = launch(RouterSpec("p", "flotilla", "round-robin"), BACKENDS, 1, tmp_path, "m")
+    built = launch(RouterSpec("c", "flotilla", "round-robin", compiled=True), BACKENDS, 1, tmp_path, "m")
+    assert built.argv == plain.argv and plain.cwd is None
+    # `python -m` puts the working directory first on sys.path; the workers it forks inherit both
+    assert built.cwd == compiled.DEST
+    assert built.env["PYTHONPATH"].split(os.pathsep)[0] == str(compiled.DEST)
