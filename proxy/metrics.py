@@ -16,6 +16,7 @@ the state the workers share, so the most recent value is the fleet's.
 
 from __future__ import annotations
 
+import glob
 import os
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
@@ -188,6 +189,13 @@ class Flushed:
         return self.metric.collect()
 
 
+def _nonempty(path: str) -> bool:
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:  # gone since the listing (a dead worker's live gauges)
+        return False
+
+
 class _AllWorkers:
     """Every worker's metric values from the multiprocess files, plus this worker's collectors
     that keep no values in them (the KV-event hub's, read from its live state)."""
@@ -197,7 +205,10 @@ class _AllWorkers:
         self.directory = directory
 
     def collect(self):  # noqa: ANN201 - prometheus_client's collector protocol
-        yield from MultiProcessCollector(None, self.directory).collect()
+        # A worker starting (one that replaces a dead worker) creates its file before it sizes it:
+        # prometheus_client would fail on that empty file, so it is left out until it has a header.
+        files = [f for f in glob.glob(os.path.join(self.directory, "*.db")) if _nonempty(f)]
+        yield from MultiProcessCollector.merge(files, accumulate=True)
         # The registry's own collectors: prometheus_client offers no public list of them.
         for collector in list(self.registry._collector_to_names):
             if not isinstance(collector, MetricWrapperBase):

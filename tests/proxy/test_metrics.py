@@ -1,12 +1,15 @@
+import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.metrics import LATENCY_BUCKETS_S, TTFT_BUCKETS_S, RouterMetrics
+from proxy.metrics import LATENCY_BUCKETS_S, TTFT_BUCKETS_S, RouterMetrics, _AllWorkers
 from tests.proxy.conftest import BackendFactory, ProxyFactory
 
 
@@ -90,3 +93,15 @@ def test_nothing_is_counted_before_the_tally_is_read() -> None:
     assert key not in _samples(metrics.registry)  # not folded in yet: the request path took no lock
     list(metrics.ttft_read().collect())
     assert _samples(metrics.registry)[key] == 1
+
+
+def test_a_starting_workers_empty_metrics_file_does_not_fail_the_exposition(tmp_path: Path) -> None:
+    # A worker that replaces a dead one creates its file before it sizes it; /metrics read by
+    # another worker in that moment answered 500 (struct.error on the empty file).
+    values = MmapedDict(str(tmp_path / "counter_100.db"))
+    values.write_value(json.dumps(["flotilla_x", "flotilla_x_total", {"backend": "a"}, "x"]), 3.0, 0.0)
+    values.close()
+    (tmp_path / "counter_101.db").touch()  # the new worker's, not yet sized
+    workers = _AllWorkers(CollectorRegistry(), str(tmp_path))
+    samples = {s.name: s.value for f in workers.collect() for s in f.samples}
+    assert samples == {"flotilla_x_total": 3.0}
