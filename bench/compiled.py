@@ -9,6 +9,7 @@ working directory there (`python -m` puts the working directory first on sys.pat
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -23,12 +24,12 @@ def build(dest: Path = DEST) -> Path:
     started = time.monotonic()
     print(f"building the compiled request path into {dest} (about a minute)", file=sys.stderr, flush=True)
     tmp = dest.with_name(dest.name + ".partial")
-    subprocess.run(["rm", "-rf", str(tmp)], check=True)
+    shutil.rmtree(tmp, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps",
                     "--target", str(tmp), str(REPO)], check=True, cwd=REPO,
                    env={**os.environ, "FLOTILLA_COMPILE": "1"})
     check(tmp)
-    subprocess.run(["rm", "-rf", str(dest)], check=True)
+    shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
     print(f"built in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
     return dest
@@ -36,7 +37,8 @@ def build(dest: Path = DEST) -> Path:
 
 def env(dest: Path = DEST) -> dict[str, str]:
     """The environment that runs the build in `dest` ahead of the working tree."""
-    return {"PYTHONPATH": os.pathsep.join([str(dest), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    before = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": f"{dest}{os.pathsep}{before}" if before else str(dest)}
 
 
 def check(dest: Path = DEST) -> None:

@@ -1,5 +1,5 @@
 """Which build of the proxy runs: plain Python, or the request path compiled with mypyc
-(`make compiled`; setup.py lists the modules)."""
+(`make compiled`; setup.py compiles the modules listed here)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ REQUEST_PATH = (
     # the request path, client to engine and back: about 28 % fewer instructions per request compiled.
     # proxy/records.py says why the request path's Structs are not in them.
     "proxy.fastpath", "proxy.upstream", "proxy.dispatch", "proxy.pool", "proxy.router",
-                "proxy.breaker", "proxy.usage", "proxy.request_parse")
+    "proxy.breaker", "proxy.usage", "proxy.request_parse",
+)
 """The modules setup.py compiles with FLOTILLA_COMPILE=1."""
 
 
@@ -27,7 +28,7 @@ def compiled_modules() -> list[str]:
 
 
 def describe() -> str:
-    """For the proxy's first line: 'compiled request path' or 'pure Python'."""
+    """For the proxy's first line: 'request path compiled with mypyc' or 'pure Python'."""
     n = len(compiled_modules())
     if n == len(REQUEST_PATH):
         return "request path compiled with mypyc"

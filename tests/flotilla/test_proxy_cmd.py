@@ -10,6 +10,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from proxy.build import describe
 from tests.processes import kill_if_running, terminate
 from tests.proxy.conftest import FakeBackend, Knobs
 
@@ -23,6 +24,7 @@ async def test_flotilla_proxy_serves_and_stops_cleanly_on_sigterm() -> None:
     try:
         line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
         assert line.startswith("flotilla proxy listening on http://127.0.0.1:")
+        assert line.rstrip().endswith(f", {describe()})")  # the build it runs (the same sys.path as here)
         url = line.split()[4]
         async with aiohttp.ClientSession() as s:
             async with s.post(url + "/v1/completions", json={"model": "tiny-llama", "prompt": "x"}) as r:
