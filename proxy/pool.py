@@ -19,7 +19,7 @@ from proxy.engine_metrics import LoadSample
 from proxy.records import Reservation
 
 if TYPE_CHECKING:
-    from proxy.workers import SharedLoad
+    from proxy.shared_load import SharedLoad
 
 AGE_RESOLUTION_S = 0.01
 """Metrics ages in cached views are exact to this; policies judge staleness in tenths of seconds."""
