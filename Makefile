@@ -25,8 +25,9 @@ test: install
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not serial and not slow"
 	$(BIN)/python -m pytest -q -m "serial or slow"
 
-# Optional: the request path compiled with mypyc (setup.py, docs/benchmarks.md "The compiled build"),
-# installed into build/compiled beside the working tree, which stays plain Python (about a minute).
+# Optional: the request path compiled with mypyc, as a wheel and the image have it (setup.py,
+# docs/proxy.md "The compiled build"), installed into build/compiled beside the working tree, which
+# stays plain Python (an editable install never compiles; about 30 s).
 compiled: install
 	$(BIN)/python -m bench.compiled
 

@@ -1,11 +1,12 @@
-"""The optional compiled build: with FLOTILLA_COMPILE=1, the request path's modules are compiled
-to C extensions with mypyc (`make compiled`, docs/benchmarks.md "The compiled build"); without it,
-a plain Python build. Everything else is in pyproject.toml.
+"""The compiled build: a wheel, `pip install .` and the container image get the request path's
+modules compiled to C extensions with mypyc (docs/proxy.md "The compiled build"); an editable
+install (`make install`) stays plain Python. Everything else is in pyproject.toml.
 
 mypyc compiles the modules as they are, from their type annotations: the same code runs either
 way, and a compiled module behaves as its source (the proxy's tests run against both builds).
-Compiling needs mypy (the `test` extra has it) and a C compiler; build without isolation so the
-environment's mypy is used: `FLOTILLA_COMPILE=1 pip install --no-build-isolation .`.
+Compiling needs mypy (pyproject.toml's build requirements) and a C compiler with Python's
+headers; without them the build is plain Python. FLOTILLA_COMPILE=1 insists on compiling,
+FLOTILLA_COMPILE=0 never compiles (proxy/build.py `compile_choice`).
 """
 from __future__ import annotations
 
@@ -20,13 +21,17 @@ from setuptools import setup
 # setuptools' PEP 517 backend does not put the project on sys.path; proxy/build.py (and the
 # package's __init__) import nothing outside the standard library.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proxy.build import REQUEST_PATH  # noqa: E402
+from proxy.build import REQUEST_PATH, compile_choice  # noqa: E402
 
 
 def compiled_build() -> dict:
     """setup()'s extension modules and build folder for the compiled build; none for the plain one."""
-    if os.environ.get("FLOTILLA_COMPILE") != "1":
+    compiles, why = compile_choice(os.environ, sys.argv[1:])
+    if not compiles:
+        if "not a build" not in why:
+            print(f"flotilla: building pure Python: {why}", file=sys.stderr)
         return {}
+    print(f"flotilla: compiling the request path with mypyc ({why})", file=sys.stderr)
     from mypyc.build import mypycify
 
     # A fresh build folder each time: setuptools would otherwise pack a module compiled by an earlier
@@ -34,8 +39,14 @@ def compiled_build() -> dict:
     base = tempfile.mkdtemp(prefix="flotilla-compiled-")
     atexit.register(shutil.rmtree, base, True)
     # The mypy settings are pyproject.toml's, less its note on sections for modules not compiled.
-    modules = mypycify(["--no-warn-unused-configs", *(m.replace(".", "/") + ".py" for m in REQUEST_PATH)],
-                       opt_level="3", target_dir=os.path.join(base, "mypyc"))
+    try:
+        modules = mypycify(["--no-warn-unused-configs", *(m.replace(".", "/") + ".py" for m in REQUEST_PATH)],
+                           opt_level="3", target_dir=os.path.join(base, "mypyc"))
+    except SystemExit:  # mypyc's way to fail (its type check printed why)
+        if os.environ.get("FLOTILLA_COMPILE") == "1":
+            raise
+        print("flotilla: mypyc could not compile the request path (above); pure Python instead", file=sys.stderr)
+        return {}
     return {"ext_modules": modules, "options": {"build": {"build_base": base}}}
 
 

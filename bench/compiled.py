@@ -22,7 +22,7 @@ DEST = REPO / "build" / "compiled"
 def build(dest: Path = DEST) -> Path:
     """Build and install into `dest` (about a minute on 2 cores); returns `dest`."""
     started = time.monotonic()
-    print(f"building the compiled request path into {dest} (about a minute)", file=sys.stderr, flush=True)
+    print(f"building the compiled request path into {dest} (about 30 s)", file=sys.stderr, flush=True)
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps",

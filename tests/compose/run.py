@@ -43,6 +43,7 @@ import aiohttp
 
 from deploy.grafana.build_dashboards import expressions
 from proxy.autoscale.docker import MANAGED_LABEL
+from proxy.build import COMPILED
 from proxy.status import parse_proxy_metrics
 from tests.compose import checks
 from tests.compose.checks import Expected
@@ -287,6 +288,7 @@ async def check_fleet(run: Run, scale: bool) -> Problems:
                 ("proxy lists the fleet's models", lambda: settle(
                     lambda: _models(fleet), 180, poll_s=1)),
                 ("proxy routes to every engine", lambda: settle(fleet.backends, 120)),
+                ("proxy runs the compiled request path", lambda: compiled_proxy(run)),
                 ("health checks pass", lambda: settle(fleet.health, 120, poll_s=2)),
                 ("loadgen replay answered in full", lambda: loadgen(
                     exp.proxy_url, run.logs / "demo.json", "--trace", str(DEMO_TRACE), "--speedup", str(DEMO_SPEEDUP))),
@@ -303,6 +305,16 @@ async def check_fleet(run: Run, scale: bool) -> Problems:
             return []
         finally:
             await fleet.close()
+
+
+async def compiled_proxy(run: Run) -> Problems:
+    """The image's proxy names its build in its first line (flotilla/proxy_cmd.py): the wheel the
+    Dockerfile builds compiles the request path, and nothing in the image may hide it."""
+    logs = run.compose("logs", "--no-color", run.exp.proxy, timeout_s=120).stdout
+    line = next((x for x in logs.splitlines() if "flotilla proxy listening on" in x), None)
+    if line is None or not line.endswith(f", {COMPILED})"):
+        return [f"the proxy does not run the compiled request path: {line or logs[-500:]!r}"]
+    return []
 
 
 async def _models(fleet: Fleet) -> Problems:
