@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 import socket
@@ -27,9 +26,9 @@ from proxy.body import read_body
 from proxy.config import ProxyConfig
 from proxy.debug import debug_route
 from proxy.dispatch import Dispatcher
-from proxy.engine_tokens import engine_anthropic_prompt_ids, engine_prompt_ids
 from proxy.errors import ProxyError, ThrottledWarning, error_response, speaks_anthropic
 from proxy.forward import new_request_id
+from proxy.generation import generation_forward
 from proxy.health import HealthChecker
 from proxy.kv_events import KVEventsHub
 from proxy.metrics import RouterMetrics
@@ -39,7 +38,7 @@ from proxy.pool import Backend, BackendPool
 from proxy.pooling import POOLING_POLICY, ROUTE_FLAVORS, parse_pooling_request
 from proxy.records import Forward
 from proxy.reload import FleetWatcher
-from proxy.request_parse import check_content_type, load_json_object, parse_anthropic_request, parse_request
+from proxy.request_parse import check_content_type, load_json_object
 from proxy.router import Router
 from proxy.scraper import Scraper
 from proxy.server import ProxyRunner
@@ -210,38 +209,11 @@ async def _generate(request: web.Request, chat: bool, anthropic: bool = False,
                     generates: bool = True) -> web.StreamResponse:
     p = _proxy(request)
     raw, body = await generation_body(request)
-    fwd = generation_forward(p, raw, body, request.headers, upstream_target(request), chat, anthropic, generates)
+    fwd = generation_forward(p.pool, p.config, p.policy, raw, body, request.headers, upstream_target(request),
+                             chat, anthropic, generates)
     async with p.admission.slot(fwd.info.model):  # type: ignore[union-attr]  # both are set before the routes serve
         fwd = await with_prefill(p, fwd, request.headers, generates and not anthropic)
         return await p.dispatcher.handle(request, fwd)  # type: ignore[union-attr]
-
-
-def generation_forward(p: Proxy, raw: bytes, body: dict, headers: Mapping[str, str], path_qs: str, chat: bool,
-                       anthropic: bool = False, generates: bool = True) -> Forward:
-    """What to forward for a generation request, from its parsed body (ProxyError for bad input);
-    the one reading of a request that both the aiohttp handlers and the fast path use."""
-    # Parsing asks only whether the model is an adapter: name it alone, not every adapter's union.
-    named = body.get("model")
-    adapters = frozenset((named,)) if isinstance(named, str) and p.pool.has_adapter(named) else frozenset()
-    config = p.config
-    if anthropic:
-        parsed = parse_anthropic_request(body, headers, config.session_header, config.chars_per_token, adapters)
-    else:
-        parsed = parse_request(body, chat, headers, config.session_header, config.chars_per_token, adapters)
-    if isinstance(p.policy, KVIndexUser):  # the KV index is keyed by the engine's own token ids
-        ids = engine_anthropic_prompt_ids(body) if anthropic else engine_prompt_ids(body, chat)
-        if ids:
-            info = msgspec.structs.replace(parsed.info, prompt_token_ids=ids, prompt_tokens=len(ids))
-            parsed = msgspec.structs.replace(parsed, info=info)
-    model = parsed.info.model
-    if model is not None and p.pool.is_unknown_model(model):
-        raise ProxyError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
-    # Anthropic streams carry their usage in message_start: there is no stream_options to ask with
-    strip_usage = not anthropic and p.config.stream_usage and parsed.stream and not _asks_usage(body)
-    if strip_usage:
-        raw = with_usage_asked(raw, body)
-    return Forward(method="POST", path_qs=path_qs, body=raw, info=parsed.info,
-                   debug=headers.get("x-flotilla-debug") == "1", accounts_usage=generates, strip_usage=strip_usage)
 
 
 async def with_prefill(p: Proxy, fwd: Forward, headers: Mapping[str, str], prefills: bool) -> Forward:
@@ -251,22 +223,6 @@ async def with_prefill(p: Proxy, fwd: Forward, headers: Mapping[str, str], prefi
     # one X-Request-Id across both phases, as vLLM's toy proxy sends its request id to both
     request_id = headers.get("x-request-id") or new_request_id()
     return msgspec.structs.replace(await p.prefill.before_decode(fwd, headers, request_id), request_id=request_id)
-
-
-def with_usage_asked(raw: bytes, body: dict) -> bytes:
-    """The body with stream_options.include_usage set. Without stream_options the member is
-    spliced in before the closing brace (a long prompt is not serialised again); else the
-    parsed body is."""
-    end = len(raw.rstrip()) - 1  # a JSON object: its last non-space byte closes it
-    if "stream_options" not in body and raw[end - 1:end + 1] not in (b"\x00}", b"}\x00"):  # UTF-8, not 16/32
-        return raw[:end] + (b"," if body else b"") + b'"stream_options":{"include_usage":true}' + raw[end:]
-    body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-    return json.dumps(body).encode()
-
-
-def _asks_usage(body: dict) -> bool:
-    options = body.get("stream_options")
-    return isinstance(options, dict) and bool(options.get("include_usage"))
 
 
 async def models(request: web.Request) -> web.Response:

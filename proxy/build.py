@@ -15,7 +15,7 @@ REQUEST_PATH = (
     # the request path, client to engine and back: about 28 % fewer instructions per request compiled.
     # proxy/records.py says why the request path's Structs are not in them.
     "proxy.fastpath", "proxy.upstream", "proxy.dispatch", "proxy.pool", "proxy.router",
-    "proxy.breaker", "proxy.usage", "proxy.request_parse",
+    "proxy.breaker", "proxy.usage", "proxy.request_parse", "proxy.generation",
     # with --workers N, each request writes its worker's row of the shared in-flight table twice
     # and reads the others' once
     "proxy.shared_load",

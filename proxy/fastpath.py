@@ -31,7 +31,7 @@ import httptools
 from multidict import CIMultiDict
 
 from policies.routing.base import Decision
-from proxy.app import PROXY_KEY, Proxy, errors_middleware, generation_forward, with_prefill
+from proxy.app import PROXY_KEY, Proxy, errors_middleware, with_prefill
 from proxy.dispatch import MAX_ERROR_BODY_BYTES, Dispatcher, RetryableAnswer
 from proxy.errors import ProxyError, ThrottledWarning, error_body, sse_error_event
 from proxy.forward import (
@@ -42,6 +42,7 @@ from proxy.forward import (
     UpstreamFailure,
     new_request_id,
 )
+from proxy.generation import generation_forward
 from proxy.paths import canonical_path_middleware
 from proxy.pool import Backend
 from proxy.records import Forward, RequestStart, Reservation, ResponseHead
@@ -835,8 +836,8 @@ class FastPath:
                 p.access.check_client(headers, front.remote)
             check_content_type(headers.get("Content-Type", ""))
             raw = b"".join(req.body)
-            fwd = generation_forward(p, raw, load_json_object(raw), headers, req.url.decode("latin-1"),
-                                     chat=FAST_ROUTES[req.url])
+            fwd = generation_forward(p.pool, p.config, p.policy, raw, load_json_object(raw), headers,
+                                     req.url.decode("latin-1"), chat=FAST_ROUTES[req.url])
             admission = p.admission
             assert admission is not None
             gate = admission.gate(fwd.info.model or "")

@@ -369,7 +369,7 @@ async def test_wrong_methods_and_internal_errors_are_json_too(fake_backend: Back
 def test_usage_is_asked_for_with_the_other_members_kept(body: dict, encoding: str, trailer: bytes) -> None:
     import json
 
-    from proxy.app import with_usage_asked
+    from proxy.generation import with_usage_asked
 
     raw = json.dumps(body).encode(encoding) + trailer
     sent = json.loads(with_usage_asked(raw, json.loads(raw)))
