@@ -10,8 +10,10 @@ target executed meanwhile, divided by the requests, are its cost. System calls a
 
 Targets: the pass-through on asyncio's protocols (the least any Python proxy spends), the plain
 aiohttp proxy, and `flotilla proxy` with each policy named (and with `--compiled`, each again in
-the compiled build: bench/compiled.py). Needs valgrind (Debian: `apt install
-valgrind`); the target runs about fifty times slower under it, so a few thousand requests suffice.
+the compiled build: bench/compiled.py). With `--workers N`, each policy is counted again as
+`flotilla proxy --workers N`: every worker runs under callgrind, and their instructions add up
+(the supervisor's too, which serves nothing). Needs valgrind (Debian: `apt install valgrind`); the
+target runs about fifty times slower under it, so a few thousand requests suffice.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from tqdm import tqdm
 from bench import compiled
 from bench.overhead.__main__ import REPO, free_port, spawn, wait_ready
 from bench.overhead.report import replace_section
+from bench.peers.procs import live_tree
 
 START = "<!-- overhead-instructions:start -->"
 END = "<!-- overhead-instructions:end -->"
@@ -41,6 +44,8 @@ BODY = b'{"model": "bench", "prompt": "hello", "max_tokens": 2}'
 FLOORS = {"protocol floor": "bench.overhead.protocol_floor", "aiohttp floor": "bench.overhead.floor"}
 COMPILED = " (compiled)"
 """The suffix of a target run from the compiled build."""
+WORKERS = " --workers "
+"""In a target's label: `flotilla proxy --workers N`, counted over every process."""
 READY = {"protocol floor": "/health"}
 """Where each target says it is up (the protocol floor passes the engine's own /health through)."""
 
@@ -87,26 +92,30 @@ async def send(url: str, requests: int, concurrency: int, tick=None) -> None:
 def command(target: str, port: int, backend: str) -> list[str]:
     if target in FLOORS:
         return ["-m", FLOORS[target], "--port", str(port), "--backend", backend]
-    policy = target.removeprefix("flotilla ").removesuffix(COMPILED)
+    policy, _, workers = target.removeprefix("flotilla ").removesuffix(COMPILED).partition(WORKERS)
     return ["-m", "flotilla", "proxy", "--port", str(port), "--backend", backend, "--policy", policy,
-            "--log-level", "warning"]
+            "--log-level", "warning", *(["--workers", workers] if workers else [])]
 
 
 async def count(target: str, backend: str, args: argparse.Namespace, workdir: Path, bar: tqdm) -> Count:
     port = free_port()
     out = workdir / f"cg-{port}"
-    proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
-                             *command(target, port, backend)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            **_where(target))
+    # every process of the target (the workers a supervisor forks) writes its own dump: cg-PORT.PID.1
+    proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--trace-children=yes", f"--callgrind-out-file={out}.%p",
+                             sys.executable, *command(target, port, backend)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **_where(target))
     url = f"http://127.0.0.1:{port}"
     try:
         await wait_ready(url + READY.get(target, "/ready"), timeout_s=args.start_timeout_s)
         await send(url + "/v1/completions", args.warmup, args.concurrency)
-        _control("-z", proc.pid)
+        pids = sorted(live_tree(proc.pid))
+        for pid in pids:
+            _control("-z", pid)
         await send(url + "/v1/completions", args.requests, args.concurrency, bar.update)
-        _control("-d", proc.pid)
-        dump = _wait_for(Path(f"{out}.1"))
-        return Count(target, args.requests, totals(dump.read_text()))
+        for pid in pids:
+            _control("-d", pid)
+        dumps = [_wait_for(Path(f"{out}.{pid}.1")) for pid in pids]
+        return Count(target, args.requests, sum(totals(d.read_text()) for d in dumps))
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -137,8 +146,9 @@ def section(counts: list[Count], cmd: str) -> str:
     floor = counts[0].per_request
     rows = "\n".join(f"| {c.target} | {c.per_request / 1000:,.0f}k | {c.per_request / floor:.1f}x |" for c in counts)
     return f"""{START}
-`{cmd}` (valgrind's callgrind: user-space instructions of the target's process, after a warm-up,
-divided by the requests answered; system calls are not counted)
+`{cmd}` (valgrind's callgrind: user-space instructions of the target's processes, every worker of
+`--workers N` and its supervisor added up, after a warm-up, divided by the requests answered;
+system calls are not counted)
 
 | target | instructions per request | of the first row |
 |---|---|---|
@@ -150,8 +160,10 @@ async def run(args: argparse.Namespace) -> list[Count]:
     backend_port = free_port()
     backend = f"http://127.0.0.1:{backend_port}"
     proc = spawn(["-m", "bench.overhead.backend", "--port", str(backend_port)])
-    targets = [*([] if args.no_floor else FLOORS), *(f"flotilla {p}" for p in args.policies),
-               *(f"flotilla {p}{COMPILED}" for p in args.policies if args.compiled)]
+    flotillas = [*(f"flotilla {p}" for p in args.policies),
+                 *(f"flotilla {p}{WORKERS}{n}" for n in args.workers for p in args.policies)]
+    targets = [*([] if args.no_floor else FLOORS), *flotillas,
+               *(f"{t}{COMPILED}" for t in flotillas if args.compiled)]
     if args.compiled:
         compiled.build()
     try:
@@ -180,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="how long a target may take to start under valgrind (default 300)")
     parser.add_argument("--compiled", action="store_true",
                         help="count each policy in the compiled build too (builds it: about a minute)")
+    parser.add_argument("--workers", type=int, nargs="*", default=[],
+                        help="count each policy again with `flotilla proxy --workers N`, for each N given")
     parser.add_argument("--no-floor", action="store_true", help="count only flotilla proxy")
     parser.add_argument("--write", type=Path, default=REPO / "docs" / "benchmarks.md",
                         help="markdown file whose instructions section is replaced")

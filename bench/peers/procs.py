@@ -56,6 +56,11 @@ def tree_pids(root: int, parents: dict[int, int]) -> set[int]:
     return seen
 
 
+def live_tree(root: int) -> set[int]:
+    """`root` and its live descendants."""
+    return tree_pids(root, {pid: s[0] for pid, s in _all_stats().items()})
+
+
 def tree_cpu_s(root: int) -> float:
     """CPU seconds of a live process tree (threads are inside their process's figures)."""
     stats = _all_stats()

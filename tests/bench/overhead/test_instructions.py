@@ -7,7 +7,7 @@ import aiohttp
 import pytest
 
 from bench.overhead.__main__ import REPO, free_port, wait_ready
-from bench.overhead.instructions import END, START, main, totals
+from bench.overhead.instructions import END, START, command, main, totals
 from tests.processes import kill_if_running
 
 
@@ -60,3 +60,11 @@ def test_asking_to_count_nothing_is_a_usage_error() -> None:
     with pytest.raises(SystemExit) as exc:
         main(["--no-floor", "--policies"])
     assert exc.value.code == 2
+
+
+def test_a_workers_target_runs_the_proxy_with_that_many_workers_in_its_build() -> None:
+    argv = command("flotilla prefix-aware --workers 2 (compiled)", 8000, "http://127.0.0.1:9")
+    assert argv[:3] == ["-m", "flotilla", "proxy"]
+    assert argv[argv.index("--policy") + 1] == "prefix-aware"
+    assert argv[argv.index("--workers") + 1] == "2"
+    assert "--workers" not in command("flotilla prefix-aware (compiled)", 8000, "http://127.0.0.1:9")
