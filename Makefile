@@ -53,8 +53,8 @@ interop: install
 # Optional: `docker compose up` for real, on podman with the real Compose binary (docs/quickstart.md):
 # builds the image, starts compose.yaml, checks the fleet from the host, takes it down, then shows
 # a broken scrape target fails the check. Root only; podman, its storage and the local base images
-# are cached under $${FLOTILLA_COMPOSE_CACHE:-~/.cache/flotilla/compose} (about 4 min the first time
-# on 2 cores, about 3 min after).
+# are cached under $${FLOTILLA_COMPOSE_CACHE:-~/.cache/flotilla/compose} (about 5 min the first time
+# on 2 cores, the image compiling the request path; about 3 min after).
 compose-test: install
 	$(BIN)/python -m tests.compose.run $(COMPOSE_TEST_ARGS)
 	FLOTILLA_COMPOSE_TEST=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/compose
