@@ -4,8 +4,9 @@ install (`make install`) stays plain Python. Everything else is in pyproject.tom
 
 mypyc compiles the modules as they are, from their type annotations: the same code runs either
 way, and a compiled module behaves as its source (the proxy's tests run against both builds).
-Compiling needs mypy (pyproject.toml's build requirements) and a C compiler with Python's
-headers; without them the build is plain Python. FLOTILLA_COMPILE=1 insists on compiling,
+Compiling needs mypy (the `compile` extra, which the build backend, scripts/build/flotilla_build.py,
+adds to a wheel's build) and a C compiler with Python's headers; without them the build is plain
+Python. FLOTILLA_COMPILE=1 insists on compiling,
 FLOTILLA_COMPILE=0 never compiles (proxy/build.py `compile_choice`).
 """
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""The build backend: setuptools', plus what compiling the request path needs (setup.py, proxy/build.py).
+"""The build backend: setuptools', plus what compiling the request path needs (setup.py,
+proxy/build.py).
 
 A wheel build (`pip install .`, `pip wheel .`) compiles with mypyc, which type-checks the request
-path against the libraries it uses: the isolated build environment gets the `compile` extra
-(mypy and stubs), the project's dependencies and its k8s extra (pip's cache then serves the same wheels to the install itself).
-An editable install, and FLOTILLA_COMPILE=0, get setuptools alone: nothing is compiled there.
+path against the libraries it uses: the isolated build environment gets the `compile` extra (mypy
+and stubs), the project's dependencies and its k8s extra (pip's cache then serves the same wheels
+to the install itself). An editable install, and FLOTILLA_COMPILE=0, get setuptools alone:
+nothing is compiled there.
 """
 
 from __future__ import annotations
