@@ -359,23 +359,6 @@ async def test_wrong_methods_and_internal_errors_are_json_too(fake_backend: Back
         await p.close()
 
 
-@pytest.mark.parametrize("body", [
-    {"prompt": "x" * 1000, "stream": True},
-    {"prompt": "x", "stream": True, "stream_options": None},
-    {"prompt": "x", "stream": True, "stream_options": {"continuous_usage_stats": False}},
-])
-@pytest.mark.parametrize("encoding,trailer", [("utf-8", b""), ("utf-8", b" \r\n"), ("utf-16-le", b""),
-                                              ("utf-16-be", b""), ("utf-32-be", b"")])
-def test_usage_is_asked_for_with_the_other_members_kept(body: dict, encoding: str, trailer: bytes) -> None:
-    import json
-
-    from proxy.generation import with_usage_asked
-
-    raw = json.dumps(body).encode(encoding) + trailer
-    sent = json.loads(with_usage_asked(raw, json.loads(raw)))
-    assert sent == {**body, "stream_options": {**(body.get("stream_options") or {}), "include_usage": True}}
-
-
 # Anthropic's Messages API through the proxy, to look-alike llama-servers.
 
 LLAMA_MODEL = "llama-3.1-8b-Q4_K_M.gguf"

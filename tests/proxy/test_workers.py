@@ -20,7 +20,8 @@ from flotilla.testing.live import LiveFleet
 from proxy.config import BackendSpec
 from proxy.engine_metrics import LoadSample
 from proxy.pool import BackendPool, BackendState
-from proxy.workers import WORKER_HEADER, AdminJournal, Coordinator, SharedLoad
+from proxy.shared_load import SharedLoad
+from proxy.workers import WORKER_HEADER, AdminJournal, Coordinator
 from tests.processes import kill_if_running, terminate
 from tests.waiting import wait_until
 
@@ -240,19 +241,6 @@ def test_journal_changes_reach_the_other_workers_pool_in_order(tmp_path: Path) -
 async def _other(leader, first: str) -> str | None:
     now = await leader()
     return now if now not in (None, first) else None
-
-
-def test_shared_load_rows_add_up_and_a_dead_workers_row_is_zeroed(tmp_path: Path) -> None:
-    load = SharedLoad(3, tmp_path / "slots.lock")
-    a, b = load.slot_of("http://a"), load.slot_of("http://b")
-    assert a != b and load.slot_of("http://a") == a
-    for row, (requests, tokens) in enumerate([(2, 200), (3, 300), (5, 500)]):
-        load.row = row
-        load.publish(a, requests, tokens)
-    load.row = 0
-    assert load.peers(a) == (8, 800) and load.peers(b) == (0, 0)
-    load.zero_row(2)
-    assert load.peers(a) == (3, 300)
 
 
 def test_a_follower_takes_the_leaders_scrapes_and_clears_only_what_they_saw(tmp_path: Path) -> None:
