@@ -284,8 +284,9 @@ async def test_openai_sdk_through_the_proxy_to_two_lookalike_vllm_and_a_llama_se
 
 async def test_cold_starting_engines_are_starting_then_ready_never_ejected(engines, proxy_for: ProxyFactory) -> None:
     vllm, llama = engines
-    # Modelled loads of 18 s and 1.5 s, scaled to about 0.4 s each.
-    v, ll = await vllm(0.02, cold_start=True), await llama(0.3, cold_start=True)
+    # Modelled loads of 18 s and 1.5 s, scaled to about 3 s each: longer than the proxy takes to
+    # start and check them on a busy machine (at 0.4 s a load could end first: READY at once).
+    v, ll = await vllm(0.15, cold_start=True), await llama(2.0, cold_start=True)
     p = await proxy_for([spec("vllm", v), spec("llamacpp", ll)],
                         health=HealthConfig(interval_s=0.05, timeout_s=0.5))
     pool = p.proxy.pool
